@@ -1,0 +1,52 @@
+"""The one way a candidate-side stage talks to the runner: JSON parameters in, one JSON document out.
+
+Standard library only. A stage module calls ``run_stage(fn)`` from ``if __name__ == "__main__"``;
+the runner starts ``python -m runner.inside.<stage> --in PARAMS.json --out RESULT.json`` with the
+runner's source on PYTHONPATH, in the candidate's environment. ``fn(params)`` returns a dict shaped
+like ``runner.wire.StageResult`` minus ``name`` and ``duration_s`` (status, reason, checks,
+findings, capabilities, drift, refusal, version, and any extra keys). An exception becomes an
+``error`` result with its traceback, so the runner always gets a document unless the process dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+StageFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".result-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def run_stage(fn: StageFn, argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--in", dest="params", default=None)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    params: dict[str, Any] = {}
+    if args.params:
+        with open(args.params) as fh:
+            params = json.load(fh)
+    try:
+        doc = fn(params)
+    except Exception as exc:  # the candidate's failure is a result, not a crash of the runner
+        doc = {
+            "status": "error",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "log_tail": traceback.format_exc()[-4000:],
+        }
+    write_json_atomic(args.out, doc)
+    sys.stdout.flush()
+    return 0

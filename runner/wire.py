@@ -1,0 +1,280 @@
+"""The wire boundary: every model the service and the runner exchange, and the build report.
+
+The service imports this module; it must not import FastAPI or SQLAlchemy, so a runner host needs
+neither. Field names here are the public contract of DESIGN.md: add fields freely, rename none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Stage(StrEnum):
+    build = "build"
+    install = "install"
+    probe = "probe"
+    determinism = "determinism"
+    numerics = "numerics"
+    refusal = "refusal"
+
+
+STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
+
+
+class Status(StrEnum):
+    """Outcome of a stage or a check."""
+
+    pass_ = "pass"
+    fail = "fail"
+    inconclusive = "inconclusive"
+    error = "error"
+    timeout = "timeout"
+    crashed = "crashed"
+    skipped = "skipped"
+    not_applicable = "not_applicable"
+
+
+class Severity(StrEnum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+class Verdict(StrEnum):
+    pending = "pending"
+    cancelled = "cancelled"
+    fail = "fail"
+    error = "error"
+    inconclusive = "inconclusive"
+    incomplete = "incomplete"
+    pass_ = "pass"
+
+
+class JobKind(StrEnum):
+    build = "build"
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class JobState(StrEnum):
+    waiting = "waiting"
+    queued = "queued"
+    leased = "leased"
+    finished = "finished"
+    cancelled = "cancelled"
+
+
+class BuildStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    finished = "finished"
+    cancelled = "cancelled"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+
+# ---------------------------------------------------------------- results produced by a runner
+
+
+class Check(_Model):
+    name: str
+    status: Status
+    detail: str = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class Finding(_Model):
+    kind: str
+    severity: Severity
+    subject: str | None = None
+    message: str
+
+
+class Capability(_Model):
+    """What the probe learned about one subject of one build."""
+
+    importable: bool
+    knob: str
+    present: bool
+    default: str | None = None
+    method: str | None = None  # "signature" | "docstring" | None when nothing could be read
+    error: str | None = None
+    entry_point: str = ""
+
+
+class DriftRow(_Model):
+    subject: str
+    output: str
+    arm: str  # "control" | "deterministic"
+    runs: int
+    differing: int
+    distinct: int
+    max_abs_diff: float | None
+    finite: bool
+    config: dict[str, Any] = Field(default_factory=dict)
+    luck_probability: float | None = None
+    stopped_by: str | None = None
+
+
+class RefusalRow(_Model):
+    activation: str
+    request: str
+    scale_bias: bool
+    fc1_bias: bool
+    unit_scale: bool
+    expected: str
+    observed: str
+    status: Status
+    detail: str = ""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class StageResult(_Model):
+    name: Stage
+    status: Status
+    reason: str = ""
+    duration_s: float = 0.0
+    checks: list[Check] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    capabilities: dict[str, Capability] = Field(default_factory=dict)
+    drift: list[DriftRow] = Field(default_factory=list)
+    refusal: list[RefusalRow] = Field(default_factory=list)
+    version: str | None = None  # the version the installed build reports (install/probe)
+    log_tail: str = ""
+
+
+class Environment(_Model):
+    python: str | None = None
+    torch: str | None = None
+    gpu: str | None = None
+    arch: str | None = None
+    cudnn_backend: str | None = None
+    cutlass_dsl: str | None = None
+    sandbox: str = "none"
+
+
+# ---------------------------------------------------------------- the runner protocol
+
+
+class RunnerRegister(_Model):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RunnerRegistered(_Model):
+    runner_id: int
+    name: str
+    token: str
+
+
+class ClaimRequest(_Model):
+    wait_s: float = Field(default=0.0, ge=0.0, le=30.0)
+
+
+class JobLease(_Model):
+    job_id: int
+    build_id: int
+    kind: JobKind
+    family: str | None
+    attempt: int
+    lease_token: str
+    lease_expires_at: datetime
+    lease_seconds: int
+    wheel_url: str | None
+    wheel_filename: str | None
+    wheel_sha256: str | None
+    version: str | None
+    stages: list[Stage]
+
+
+class LeasedPost(_Model):
+    lease_token: str = Field(min_length=1, max_length=200)
+
+
+class HeartbeatAck(_Model):
+    lease_expires_at: datetime
+    cancelled: bool = False
+
+
+class StagePost(LeasedPost):
+    result: StageResult
+
+
+class JobFinish(LeasedPost):
+    environment: Environment = Field(default_factory=Environment)
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- the build report
+
+
+class JobReport(_Model):
+    id: int | None = None
+    kind: JobKind
+    family: str | None = None
+    runner: str | None = None
+    attempt: int = 1
+    status: JobState
+    reason: str = ""
+    environment: Environment = Field(default_factory=Environment)
+    stages: list[StageResult] = Field(default_factory=list)
+
+
+class DriftReport(DriftRow):
+    job_id: int | None = None
+    family: str | None = None
+
+
+class RefusalReport(RefusalRow):
+    job_id: int | None = None
+
+
+class BuildReport(_Model):
+    id: int | None = None
+    source: str  # "wheel" | "commit"
+    version: str | None = None
+    sha256: str | None = None
+    filename: str | None = None
+    repo: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    submitted_by: str | None = None
+    created_at: datetime | None = None
+    status: BuildStatus
+    verdict: Verdict
+    verdict_reason: str = ""
+    negative_control: bool = False
+    capabilities: dict[str, Capability] = Field(default_factory=dict)
+    findings: list[Finding] = Field(default_factory=list)
+    jobs: list[JobReport] = Field(default_factory=list)
+    drift: list[DriftReport] = Field(default_factory=list)
+    refusal: list[RefusalReport] = Field(default_factory=list)
+
+
+class BuildSummary(_Model):
+    id: int
+    source: str
+    version: str | None
+    filename: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    status: BuildStatus
+    verdict: Verdict
+    created_at: datetime
+    url: str
+
+
+class BuildsPage(_Model):
+    items: list[BuildSummary]
+    next_cursor: int | None = None
+
+
+class BuildAccepted(_Model):
+    build_id: int
+    url: str

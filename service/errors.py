@@ -1,0 +1,73 @@
+"""One error base class; every subclass declares its code, status and message.
+
+``service.app`` turns any ``ApiError`` (and FastAPI's own validation and HTTP errors) into the one
+JSON shape: ``{"error": {"code": ..., "message": ..., "detail": ...}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ApiError(Exception):
+    code: ClassVar[str] = "error"
+    status_code: ClassVar[int] = 400
+    message: ClassVar[str] = "bad request"
+
+    def __init__(self, message: str | None = None, *, detail: Any = None) -> None:
+        self.text = message or self.message
+        self.detail = detail
+        super().__init__(self.text)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.text, "detail": self.detail}}
+
+
+class Unauthorized(ApiError):
+    code, status_code, message = "unauthorized", 401, "missing or invalid token"
+
+
+class Forbidden(ApiError):
+    code, status_code, message = "forbidden", 403, "this token does not open this door"
+
+
+class NotFound(ApiError):
+    code, status_code, message = "not_found", 404, "no such resource"
+
+
+class Conflict(ApiError):
+    code, status_code, message = "conflict", 409, "conflict"
+
+
+class StaleLease(Conflict):
+    code, message = "stale_lease", "this lease is no longer current; results refused"
+
+
+class BadRequest(ApiError):
+    code, status_code, message = "bad_request", 400, "bad request"
+
+
+class UploadError(ApiError):
+    """A rejected upload. Raised before anything reaches the database."""
+
+    code, status_code, message = "invalid_upload", 422, "the upload is not a valid frontend wheel"
+
+
+class UploadTooLarge(UploadError):
+    code, status_code, message = "upload_too_large", 413, "the upload exceeds the size limit"
+
+
+class NotAWheel(UploadError):
+    code, message = "not_a_wheel", "the file is not a wheel"
+
+
+class BadWheelName(UploadError):
+    code, message = "bad_wheel_filename", "the file name is not a PEP 427 wheel name"
+
+
+class WrongDistribution(UploadError):
+    code, message = "wrong_distribution", "the wheel is not nvidia-cudnn-frontend"
+
+
+class UnsafeWheel(UploadError):
+    code, message = "unsafe_wheel", "the wheel has unsafe member names or compression"
