@@ -132,7 +132,7 @@ class RefusalRow(_Model):
     observed: str
     status: Status
     detail: str = ""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    call_kwargs: dict[str, Any] = Field(default_factory=dict)  # what the wrapper was called with
 
 
 class StageResult(_Model):

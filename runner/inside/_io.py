@@ -1,4 +1,4 @@
-"""The one way a candidate-side stage talks to the runner: JSON parameters in, one JSON document out.
+"""How a candidate-side stage talks to the runner: JSON parameters in, one JSON document out.
 
 Standard library only. A stage module calls ``run_stage(fn)`` from ``if __name__ == "__main__"``;
 the runner starts ``python -m runner.inside.<stage> --in PARAMS.json --out RESULT.json`` with the

@@ -15,7 +15,9 @@ FAMILIES: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
 @dataclass(frozen=True)
 class Subject:
     name: str
-    entry_point: str  # dotted path from the ``cudnn`` package, e.g. "cudnn.flex_attention.flex_attn_func"
+    entry_point: (
+        str  # dotted path from the ``cudnn`` package, e.g. "cudnn.flex_attention.flex_attn_func"
+    )
     knob: str
     families: tuple[str, ...]
     outputs: tuple[str, ...]

@@ -1,0 +1,251 @@
+"""The agent loop: register, claim (long poll, jittered back-off), run, heartbeat, report, repeat.
+
+Unrecoverable answers (401/403) stop the loop; network trouble is retried with a warning. A job's
+work directory is removed before it is reported finished: once finished, new work may come.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from runner import labels as host_labels
+from runner import pipeline
+from runner.client import Client, ServiceError
+from runner.config import RunnerSettings
+from runner.wire import JobLease, Stage, StageResult, Status
+
+log = logging.getLogger("fe_ci.agent")
+
+
+class LeaseLost(Exception):
+    """The service no longer holds this job for us (expired, re-leased, or cancelled)."""
+
+
+@dataclass
+class Intervals:
+    poll_s: float = 2.0
+    claim_wait_s: float = 20.0
+    heartbeat_s: float | None = None  # default: a third of the lease
+    retry_s: float = 1.0
+
+
+class _Poster:
+    """Posts stage results as they finish, retrying through network trouble within the lease."""
+
+    def __init__(self, agent: Agent, lease: JobLease, pipe: pipeline.Pipeline) -> None:
+        self.agent, self.lease, self.pipe = agent, lease, pipe
+        self.lost = False
+
+    def started(self, stage: Stage) -> None:
+        log.info("event=stage_started job=%s stage=%s", self.lease.job_id, stage)
+
+    def finished(self, result: StageResult) -> None:
+        log.info(
+            "event=stage_finished job=%s stage=%s status=%s duration_s=%.1f",
+            self.lease.job_id,
+            result.name,
+            result.status,
+            result.duration_s,
+        )
+        if self.lost:
+            return
+        try:
+            self.agent.with_retries(lambda: self.agent.client.post_stage(self.lease, result))
+        except LeaseLost:
+            self.lost = True
+            self.pipe.cancel.set()
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        once: bool = False,
+        intervals: Intervals | None = None,
+    ) -> None:
+        self.settings = settings
+        self.once = once
+        self.intervals = intervals or Intervals(
+            poll_s=settings.poll_interval_s, claim_wait_s=settings.claim_wait_s
+        )
+        self.stop = threading.Event()
+        self.labels = host_labels.host_labels(settings.runner_labels)
+        self.client = Client(settings.url)
+        self.lease_deadline = 0.0  # monotonic time past which the current lease is surely gone
+        self.jobs_done = 0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def install_signal_handlers(self) -> None:
+        def _graceful(signum: int, _frame: FrameType | None) -> None:
+            log.info("event=stop_requested signal=%s (finishing the current job)", signum)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, _graceful)
+        signal.signal(signal.SIGINT, _graceful)
+
+    def register(self) -> None:
+        token = self.settings.token("runner_token")
+        if not token:
+            raise ServiceError(401, "no_token", "set FE_CI_RUNNER_TOKEN (the registration token)")
+        reg = self.client.register(token, self.settings.runner_name, self.labels)
+        self.client.token = reg.token
+        log.info("event=registered runner=%s id=%s labels=%s", reg.name, reg.runner_id, self.labels)
+
+    def run(self) -> int:
+        """Returns the process exit status: 0 on a clean stop, 3 when the service refuses us."""
+        try:
+            self.register()
+            while not self.stop.is_set():
+                try:
+                    lease = self.client.claim(wait_s=self.intervals.claim_wait_s)
+                except httpx.TransportError as exc:
+                    log.warning("event=service_unreachable error=%r", exc)
+                    self.stop.wait(self._jitter(self.intervals.poll_s))
+                    continue
+                if lease is None:
+                    if self.once:
+                        return 0
+                    self.stop.wait(self._jitter(self.intervals.poll_s))
+                    continue
+                self.run_job(lease)
+                self.jobs_done += 1
+                if self.once:
+                    return 0
+                # straight back to claiming: there is likely another job waiting
+        except ServiceError as exc:
+            if exc.fatal:
+                log.error("event=refused_by_service error=%s", exc)
+                return 3
+            raise
+        finally:
+            self.client.close()
+        return 0
+
+    @staticmethod
+    def _jitter(base: float) -> float:
+        return base * (0.5 + random.random())
+
+    # ---------------------------------------------------------------- one job
+
+    def with_retries(self, call: object) -> None:
+        """Call until it succeeds, the lease is lost (409), or the lease has surely expired."""
+        assert callable(call)
+        while True:
+            try:
+                call()
+                return
+            except ServiceError as exc:
+                if exc.stale:
+                    raise LeaseLost(str(exc)) from exc
+                if exc.fatal:
+                    raise
+                log.warning("event=post_failed error=%s", exc)
+            except httpx.TransportError as exc:
+                log.warning("event=post_failed error=%r", exc)
+            if time.monotonic() > self.lease_deadline:
+                raise LeaseLost("the service was unreachable past the lease")
+            time.sleep(self.intervals.retry_s)
+
+    def _heartbeat(self, lease: JobLease, pipe: pipeline.Pipeline, done: threading.Event) -> None:
+        every = self.intervals.heartbeat_s or max(0.5, lease.lease_seconds / 3)
+        while not done.wait(every):
+            try:
+                ack = self.client.heartbeat(lease)
+            except ServiceError as exc:
+                if exc.stale or exc.fatal:
+                    log.warning("event=lease_lost job=%s error=%s", lease.job_id, exc)
+                    pipe.cancel.set()
+                    return
+                continue
+            except httpx.TransportError as exc:
+                if time.monotonic() > self.lease_deadline:
+                    log.warning("event=lease_abandoned job=%s (service unreachable)", lease.job_id)
+                    pipe.cancel.set()
+                    return
+                log.warning("event=heartbeat_failed job=%s error=%r", lease.job_id, exc)
+                continue
+            self.lease_deadline = time.monotonic() + _seconds_until(ack.lease_expires_at)
+            if ack.cancelled:
+                log.info("event=job_cancelled job=%s", lease.job_id)
+                pipe.cancel.set()
+                return
+
+    def run_job(self, lease: JobLease) -> None:
+        s = self.settings
+        log.info(
+            "event=job_claimed job=%s build=%s kind=%s family=%s attempt=%s",
+            lease.job_id,
+            lease.build_id,
+            lease.kind,
+            lease.family,
+            lease.attempt,
+        )
+        self.lease_deadline = time.monotonic() + _seconds_until(lease.lease_expires_at)
+        work = Path(s.cache_dir) / "jobs" / f"job-{lease.job_id}-{lease.attempt}"
+        opts = pipeline.Options(
+            stages=list(lease.stages),
+            work_dir=work,
+            index_url=s.index_url,
+            wheelhouse=s.wheelhouse,
+            stage_timeout_s=s.stage_timeout_s,
+            install_timeout_s=s.install_timeout_s,
+            repeats=s.repeats,
+            max_repeats=s.max_repeats,
+            luck_target=s.luck_target,
+            control_share=s.control_share,
+            family=lease.family if lease.kind == "gpu" else None,
+            gpu=self.labels.get("gpu"),
+            report_unselected=False,
+        )
+        pipe = pipeline.Pipeline(opts)
+        poster = _Poster(self, lease, pipe)
+        pipe.reporter = poster
+        done = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(lease, pipe, done), daemon=True)
+        beat.start()
+        error: str | None = None
+        try:
+            wheel = self.client.download_wheel(lease, work / "wheel") if lease.wheel_url else None
+            result = pipe.run(wheel)
+            errs = [st for st in result.stages if st.status == Status.error]
+            if errs and not poster.lost:
+                error = None  # stage errors are in the stages; the job itself ran
+        except ServiceError as exc:
+            if exc.stale:
+                poster.lost = True
+            else:
+                error = str(exc)
+            result = pipe.result
+        except Exception as exc:  # the runner's own failure: report it, keep serving
+            log.exception("event=job_failed job=%s", lease.job_id)
+            error = f"{type(exc).__name__}: {exc}"
+            result = pipe.result
+        finally:
+            done.set()
+            beat.join(timeout=5)
+            shutil.rmtree(work, ignore_errors=True)
+        if poster.lost:
+            log.warning("event=job_abandoned job=%s", lease.job_id)
+            return
+        try:
+            self.with_retries(lambda: self.client.finish(lease, result.environment, error))
+            log.info("event=job_finished job=%s", lease.job_id)
+        except LeaseLost as exc:
+            log.warning("event=job_abandoned job=%s reason=%s", lease.job_id, exc)
+
+
+def _seconds_until(when: datetime) -> float:
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

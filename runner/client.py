@@ -1,0 +1,127 @@
+"""The runner's HTTP client for the service's runner protocol."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from runner.wire import (
+    ClaimRequest,
+    Environment,
+    HeartbeatAck,
+    JobFinish,
+    JobLease,
+    LeasedPost,
+    RunnerRegister,
+    RunnerRegistered,
+    StagePost,
+    StageResult,
+)
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+    @property
+    def fatal(self) -> bool:
+        """401/403: this runner's credentials are no good; stop rather than retry."""
+        return self.status in (401, 403)
+
+    @property
+    def stale(self) -> bool:
+        return self.status == 409
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.is_success:
+        return
+    try:
+        err = resp.json().get("error", {})
+    except ValueError:
+        err = {}
+    raise ServiceError(
+        resp.status_code, err.get("code", "http_error"), err.get("message", resp.text)
+    )
+
+
+class Client:
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _headers(self, token: str | None = None) -> dict[str, str]:
+        tok = token or self.token
+        return {"Authorization": f"Bearer {tok}"} if tok else {}
+
+    def _post(
+        self, path: str, body: Any, *, token: str | None = None, timeout: float | None = None
+    ) -> httpx.Response:
+        resp = self.http.post(
+            path,
+            json=body,
+            headers=self._headers(token),
+            timeout=timeout if timeout is not None else self.http.timeout,
+        )
+        _raise_for(resp)
+        return resp
+
+    def register(
+        self, registration_token: str, name: str, labels: dict[str, str]
+    ) -> RunnerRegistered:
+        body = RunnerRegister(name=name, labels=labels).model_dump()
+        resp = self._post("/api/runners/register", body, token=registration_token)
+        return RunnerRegistered.model_validate(resp.json())
+
+    def claim(self, wait_s: float = 0.0) -> JobLease | None:
+        resp = self._post(
+            "/api/jobs/claim", ClaimRequest(wait_s=wait_s).model_dump(), timeout=wait_s + 30.0
+        )
+        if resp.status_code == 204:
+            return None
+        return JobLease.model_validate(resp.json())
+
+    def heartbeat(self, lease: JobLease) -> HeartbeatAck:
+        resp = self._post(
+            f"/api/jobs/{lease.job_id}/heartbeat",
+            LeasedPost(lease_token=lease.lease_token).model_dump(),
+        )
+        return HeartbeatAck.model_validate(resp.json())
+
+    def post_stage(self, lease: JobLease, result: StageResult) -> None:
+        body = StagePost(lease_token=lease.lease_token, result=result).model_dump(mode="json")
+        self._post(f"/api/jobs/{lease.job_id}/stages", body)
+
+    def finish(self, lease: JobLease, environment: Environment, error: str | None = None) -> None:
+        body = JobFinish(lease_token=lease.lease_token, environment=environment, error=error)
+        self._post(f"/api/jobs/{lease.job_id}/finish", body.model_dump(mode="json"))
+
+    def download_wheel(self, lease: JobLease, dest_dir: Path) -> Path:
+        """Stream the wheel to disk and check its sha256 against the lease."""
+        assert lease.wheel_url and lease.wheel_filename
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / Path(lease.wheel_filename).name
+        digest = hashlib.sha256()
+        headers = {**self._headers(), "X-Lease-Token": lease.lease_token}
+        with self.http.stream("GET", lease.wheel_url, headers=headers, timeout=300.0) as resp:
+            if not resp.is_success:
+                resp.read()
+                _raise_for(resp)
+            with open(dest, "wb") as fh:
+                for chunk in resp.iter_bytes(1 << 20):
+                    digest.update(chunk)
+                    fh.write(chunk)
+        if lease.wheel_sha256 and digest.hexdigest() != lease.wheel_sha256:
+            dest.unlink(missing_ok=True)
+            raise ServiceError(0, "digest_mismatch", "the downloaded wheel's sha256 does not match")
+        return dest

@@ -1,0 +1,59 @@
+"""The runner's settings, from the environment (prefix ``FE_CI_``)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _labels(value: object) -> object:
+    """``arch=sm_90,builder=1`` -> {"arch": "sm_90", "builder": "1"}."""
+    if isinstance(value, str):
+        out: dict[str, str] = {}
+        for item in value.split(","):
+            key, _, val = item.strip().partition("=")
+            if key:
+                out[key.strip()] = val.strip() or "1"
+        return out
+    return value
+
+
+class RunnerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FE_CI_", extra="ignore")
+
+    url: str = "http://127.0.0.1:8080"
+    runner_token: str | None = None
+    submit_token: str | None = None
+    runner_name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "runner")
+    runner_labels: Annotated[dict[str, str] | None, NoDecode] = None
+    wheelhouse: Path | None = None
+    index_url: str | None = None
+    cache_dir: Path = Path.home() / ".cache" / "fe-ci"
+    data_dir: Path = Path("./data")
+    stage_timeout_s: float = Field(default=1800.0, gt=0)
+    install_timeout_s: float = Field(default=1800.0, gt=0)
+    repeats: int = Field(default=8, ge=2)
+    max_repeats: int = Field(default=64, ge=2)
+    luck_target: float = Field(default=1e-3, gt=0, lt=1)
+    control_share: float = Field(default=0.5, gt=0, le=1)
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    claim_wait_s: float = Field(default=20.0, ge=0, le=30)
+
+    _split = field_validator("runner_labels", mode="before")(_labels)
+
+    def token(self, name: str) -> str | None:
+        """A token from the environment, else from the local service's generated tokens file."""
+        value = getattr(self, name)
+        if value:
+            return str(value)
+        path = self.data_dir / "tokens.env"
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                key, _, val = line.partition("=")
+                if key == f"FE_CI_{name.upper()}":
+                    return val.strip()
+        return None

@@ -1,0 +1,169 @@
+"""Isolated candidate environments that reuse the host's torch.
+
+Each job gets a fresh venv. It sees the host's torch (system site packages, or a ``.pth`` line
+when the runner itself lives in a venv whose torch the base interpreter cannot see), and a
+constraint pins torch to the host's version so installing a candidate never replaces it.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import sandbox
+
+CUTEDSL_EXTRA = "cutedsl"
+
+
+@dataclass(frozen=True)
+class HostTorch:
+    version: str
+    site_dir: Path
+
+
+def host_torch() -> HostTorch | None:
+    """The torch installed beside the runner, found without importing it."""
+    try:
+        dist = importlib.metadata.distribution("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return HostTorch(version=dist.version, site_dir=Path(str(dist.locate_file(""))).resolve())
+
+
+@dataclass(frozen=True)
+class CandidateEnv:
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    def site_packages(self) -> Path:
+        major, minor = sys.version_info[:2]
+        return self.root / "lib" / f"python{major}.{minor}" / "site-packages"
+
+
+@dataclass(frozen=True)
+class WheelMetadata:
+    name: str
+    version: str
+    extras: frozenset[str]
+    requires: tuple[str, ...]
+
+
+def read_wheel_metadata(wheel: Path) -> WheelMetadata:
+    """Name, version, extras and requirements from the wheel's METADATA, read as a zip."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        )
+        raw = zf.read(meta_name).decode("utf-8", "replace")
+    msg = email.parser.Parser().parsestr(raw, headersonly=True)
+    return WheelMetadata(
+        name=msg.get("Name", ""),
+        version=msg.get("Version", ""),
+        extras=frozenset(msg.get_all("Provides-Extra") or []),
+        requires=tuple(msg.get_all("Requires-Dist") or []),
+    )
+
+
+def install_extras(meta: WheelMetadata) -> list[str]:
+    """The extras to install: ``cutedsl`` wherever the build declares it.
+
+    Releases up to 1.28 keep nvidia-cutlass-dsl there; 1.29 and later made the DSL a base
+    dependency and keep cuda-python there, which the CuTe DSL kernels use at run time.
+    """
+    return [CUTEDSL_EXTRA] if CUTEDSL_EXTRA in meta.extras else []
+
+
+def create_env(root: Path) -> CandidateEnv:
+    """A fresh venv at ``root`` (replacing anything there) that can import the host's torch."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
+        check=True,
+        capture_output=True,
+    )
+    env = CandidateEnv(root)
+    torch = host_torch()
+    if torch is not None and not _sees(env, torch.site_dir):
+        (env.site_packages() / "_fe_ci_host_torch.pth").write_text(f"{torch.site_dir}\n")
+    return env
+
+
+def _sees(env: CandidateEnv, site_dir: Path) -> bool:
+    out = subprocess.run(
+        [str(env.python), "-c", "import sys; print('\\n'.join(sys.path))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    return any(p and Path(p).resolve() == site_dir for p in out)
+
+
+def pip_install_command(
+    env: CandidateEnv,
+    target: str,
+    *,
+    constraints: Path | None,
+    index_url: str | None,
+    wheelhouse: Path | None,
+) -> list[str]:
+    """pip from the runner's own interpreter, installing into ``env`` (no ensurepip per job)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(env.python),
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+    ]
+    if constraints is not None:
+        cmd += ["--constraint", str(constraints)]
+    if wheelhouse is not None:
+        cmd += ["--find-links", str(wheelhouse)]
+        if index_url is None:
+            cmd.append("--no-index")
+    if index_url is not None:
+        cmd += ["--index-url", index_url]
+    cmd.append(target)
+    return cmd
+
+
+def install_candidate(
+    env: CandidateEnv,
+    wheel: Path,
+    *,
+    log_path: Path,
+    timeout_s: float,
+    index_url: str | None = None,
+    wheelhouse: Path | None = None,
+) -> sandbox.Outcome:
+    """Install the candidate with its declared dependencies; torch pinned to the host's."""
+    meta = read_wheel_metadata(wheel)
+    extras = install_extras(meta)
+    target = f"{wheel.resolve()}[{','.join(extras)}]" if extras else str(wheel.resolve())
+    constraints = None
+    torch = host_torch()
+    if torch is not None:
+        constraints = env.root / "fe-ci-constraints.txt"
+        constraints.write_text(f"torch=={torch.version}\n")
+    cmd = pip_install_command(
+        env, target, constraints=constraints, index_url=index_url, wheelhouse=wheelhouse
+    )
+    child_env = dict(os.environ)
+    child_env.pop("PYTHONPATH", None)
+    return sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=child_env, isolate=False)

@@ -1,0 +1,47 @@
+"""What this host offers: its GPU family (from nvidia-smi, without importing torch) or none."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from runner.inside.registry import family_of
+
+
+def detect_gpu() -> dict[str, str]:
+    """Labels of the first GPU: arch (family), gpu (name), cc, driver. Empty without a GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    first = out.strip().splitlines()[0] if out.strip() else ""
+    parts = [p.strip() for p in first.split(",")]
+    if len(parts) < 3:
+        return {}
+    name, cc, driver = parts[:3]
+    labels = {"gpu": name, "cc": cc, "driver": driver}
+    try:
+        major, minor = (int(x) for x in cc.split(".", 1))
+    except ValueError:
+        return labels
+    family = family_of(major, minor)
+    if family:
+        labels["arch"] = family
+    return labels
+
+
+def host_labels(override: dict[str, str] | None) -> dict[str, str]:
+    """``FE_CI_RUNNER_LABELS`` overrides detection key by key."""
+    labels = detect_gpu()
+    if override:
+        labels.update(override)
+    return labels

@@ -1,0 +1,355 @@
+"""The stage order, shared by the agent (a job from the service) and ``fe-ci validate`` (local).
+
+install -> probe -> determinism (+ numerics, from the same process) -> refusal. Each candidate-side
+stage is a subprocess of the candidate's Python, in its own process group with a timeout, with a
+private copy of ``runner/inside`` on its path and nothing else of the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner import compare, envs, ledger, sandbox
+from runner.wire import (
+    STAGE_ORDER,
+    Capability,
+    Environment,
+    Finding,
+    Stage,
+    StageResult,
+    Status,
+)
+
+log = logging.getLogger("fe_ci.pipeline")
+
+INSIDE_SRC = Path(__file__).parent / "inside"
+_INSIDE_STAGES = {
+    Stage.probe: "runner.inside.probe",
+    Stage.determinism: "runner.inside.determinism",
+    Stage.refusal: "runner.inside.refusal",
+}
+
+
+class Reporter(Protocol):
+    def started(self, stage: Stage) -> None: ...
+
+    def finished(self, result: StageResult) -> None: ...
+
+
+class NullReporter:
+    def started(self, stage: Stage) -> None:
+        pass
+
+    def finished(self, result: StageResult) -> None:
+        pass
+
+
+@dataclass
+class Options:
+    stages: list[Stage]
+    work_dir: Path
+    preinstalled: bool = False
+    candidate_python: Path | None = None
+    index_url: str | None = None
+    wheelhouse: Path | None = None
+    stage_timeout_s: float = 1800.0
+    install_timeout_s: float = 1800.0
+    repeats: int = 8
+    max_repeats: int = 64
+    luck_target: float = 1e-3
+    control_share: float = 0.5
+    negative_control: bool = False
+    family: str | None = None
+    gpu: str | None = None
+    start_configs: dict[str, str] = field(default_factory=dict)
+    previous: dict[str, Capability] | None = None
+    skip_reason: str = "not selected by --stages"
+    report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
+
+
+@dataclass
+class Result:
+    stages: list[StageResult] = field(default_factory=list)
+    capabilities: dict[str, Capability] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
+    version: str | None = None
+    chosen_configs: dict[str, str] = field(default_factory=dict)
+    negative_control: bool = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.stages for f in s.findings]
+
+
+def _private_source(work_dir: Path) -> Path:
+    """A copy of the candidate-side package: the candidate sees no other runner code."""
+    root = work_dir / "src"
+    if root.exists():
+        shutil.rmtree(root)
+    pkg = root / "runner"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    shutil.copytree(INSIDE_SRC, pkg / "inside", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
+    fields = {k: v for k, v in doc.items() if k in StageResult.model_fields and k != "name"}
+    fields.setdefault("status", Status.error)
+    return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
+
+
+def _failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
+    status = {
+        "timeout": Status.timeout,
+        "crashed": Status.crashed,
+    }.get(outcome.status, Status.error)
+    return StageResult(
+        name=name,
+        status=status,
+        reason=outcome.describe(),
+        duration_s=outcome.duration_s,
+        log_tail=outcome.log_tail,
+    )
+
+
+_PIP_ERROR = re.compile(
+    r"^(ERROR: .*|.*ResolutionImpossible.*|.*No matching distribution.*)$", re.M
+)
+
+
+class Pipeline:
+    def __init__(self, opts: Options, reporter: Reporter | None = None) -> None:
+        self.opts = opts
+        self.reporter = reporter or NullReporter()
+        self.cancel = threading.Event()
+        self.result = Result(negative_control=opts.negative_control)
+        self.python: Path = opts.candidate_python or Path(sys.executable)
+        self._src: Path | None = None
+        self._extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _emit(self, result: StageResult) -> None:
+        self.result.stages.append(result)
+        self.reporter.finished(result)
+
+    def _skip_rest(self, stages: list[Stage], reason: str, status: Status = Status.skipped) -> None:
+        for stage in stages:
+            self.reporter.started(stage)
+            self._emit(StageResult(name=stage, status=status, reason=reason))
+
+    def run_inside(self, stage: Stage, params: dict[str, Any]) -> StageResult:
+        work = self.opts.work_dir
+        if self._src is None:
+            self._src = _private_source(work)
+        params_path = work / f"{stage}.params.json"
+        out_path = work / f"{stage}.result.json"
+        params_path.write_text(json.dumps(params, default=str))
+        out_path.unlink(missing_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(self._src)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if stage == Stage.probe:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
+        cmd = [str(self.python), "-m", _INSIDE_STAGES[stage], "--in", str(params_path)]
+        cmd += ["--out", str(out_path)]
+        outcome = sandbox.run(
+            cmd,
+            timeout_s=self.opts.stage_timeout_s,
+            log_path=work / "logs" / f"{stage}.log",
+            env=env,
+            cwd=work,
+            cancel=self.cancel,
+            isolate=True,
+        )
+        if not outcome.ok or not out_path.is_file():
+            if outcome.ok:
+                outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
+            return _failed_stage(stage, outcome)
+        doc = json.loads(out_path.read_text())
+        self._extra[stage] = doc
+        result = _stage_from_doc(stage, doc, outcome.duration_s)
+        if result.status in (Status.error,) and not result.log_tail:
+            result.log_tail = outcome.log_tail
+        return result
+
+    # ------------------------------------------------------------------ stages
+
+    def install(self, wheel: Path | None) -> StageResult:
+        if self.opts.preinstalled:
+            return StageResult(
+                name=Stage.install,
+                status=Status.not_applicable,
+                reason=f"preinstalled: the candidate is importable by {self.python}",
+            )
+        if wheel is None:
+            return StageResult(
+                name=Stage.install, status=Status.error, reason="no wheel to install"
+            )
+        start = time.monotonic()
+        meta = envs.read_wheel_metadata(wheel)
+        env = envs.create_env(self.opts.work_dir / "env")
+        outcome = envs.install_candidate(
+            env,
+            wheel,
+            log_path=self.opts.work_dir / "logs" / "install.log",
+            timeout_s=self.opts.install_timeout_s,
+            index_url=self.opts.index_url,
+            wheelhouse=self.opts.wheelhouse,
+        )
+        duration = time.monotonic() - start
+        self.python = env.python
+        extras = envs.install_extras(meta)
+        if outcome.ok:
+            what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
+            return StageResult(
+                name=Stage.install,
+                status=Status.pass_,
+                reason=f"installed {what} in {duration:.1f} s",
+                duration_s=duration,
+                version=meta.version,
+            )
+        if outcome.status in ("timeout", "crashed"):
+            return _failed_stage(Stage.install, outcome)
+        errors = _PIP_ERROR.findall(outcome.log_tail)
+        return StageResult(
+            name=Stage.install,
+            status=Status.fail,
+            reason="; ".join(errors[-3:]) or f"pip {outcome.describe()}",
+            duration_s=duration,
+            log_tail=outcome.log_tail,
+        )
+
+    def probe(self) -> StageResult:
+        result = self.run_inside(Stage.probe, {})
+        if result.status in (Status.timeout, Status.crashed, Status.error):
+            return result
+        doc = self._extra.get(Stage.probe, {})
+        self.result.capabilities = dict(result.capabilities)
+        self.result.version = result.version
+        env = doc.get("environment") or {}
+        self.result.environment = self.result.environment.model_copy(
+            update={k: env.get(k) for k in ("python", "torch", "cutlass_dsl", "cudnn_backend")}
+        )
+        if result.version:
+            result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
+        if self.opts.previous is not None:
+            result.findings += compare.regressions(self.opts.previous, result.capabilities)
+        return result
+
+    def determinism(self) -> tuple[StageResult, StageResult]:
+        o = self.opts
+        params = {
+            "family": o.family,
+            "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
+            "repeats": o.repeats,
+            "max_repeats": o.max_repeats,
+            "luck_target": o.luck_target,
+            "control_share": o.control_share,
+            "start_configs": o.start_configs,
+            "negative_control": o.negative_control,
+            "compile_cache_dir": str(o.work_dir.parent / "compile-cache"),
+        }
+        result = self.run_inside(Stage.determinism, params)
+        doc = self._extra.get(Stage.determinism, {})
+        numerics_doc = doc.get("numerics")
+        if isinstance(numerics_doc, dict):
+            numerics = _stage_from_doc(Stage.numerics, numerics_doc, 0.0)
+        else:
+            numerics = StageResult(
+                name=Stage.numerics,
+                status=Status.skipped if result.status == Status.skipped else Status.error,
+                reason=result.reason or "the determinism stage reported no numerics",
+            )
+        self.result.chosen_configs.update(doc.get("chosen_configs") or {})
+        env = doc.get("environment") or {}
+        if env:
+            self.result.environment = self.result.environment.model_copy(
+                update={k: v for k, v in env.items() if k in Environment.model_fields and v}
+            )
+        return result, numerics
+
+    def refusal(self) -> StageResult:
+        params = {
+            "family": self.opts.family,
+            "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
+        }
+        return self.run_inside(Stage.refusal, params)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, wheel: Path | None) -> Result:
+        """Run the selected stages in order; what is not selected is reported ``skipped``."""
+        o = self.opts
+        o.work_dir.mkdir(parents=True, exist_ok=True)
+        self.result.environment = Environment(
+            python=None, gpu=o.gpu, arch=o.family, sandbox=sandbox.isolation()
+        )
+        selected = [s for s in STAGE_ORDER if s in o.stages and s != Stage.build]
+        if Stage.build in o.stages:
+            self._emit(
+                StageResult(
+                    name=Stage.build, status=Status.not_applicable, reason="a wheel needs no build"
+                )
+            )
+        # probe results feed every later stage: run it whenever a later stage is selected
+        needs_probe = any(s in selected for s in (Stage.determinism, Stage.numerics, Stage.refusal))
+        order: list[Stage] = [
+            s for s in STAGE_ORDER if s in selected or (s == Stage.probe and needs_probe)
+        ]
+        if Stage.install not in order and not o.preinstalled:
+            order.insert(0, Stage.install)
+        pending: list[Stage] = list(order)
+        while pending:
+            stage = pending.pop(0)
+            if self.cancel.is_set():
+                self._skip_rest([stage, *pending], "cancelled")
+                break
+            self.reporter.started(stage)
+            if stage == Stage.install:
+                res = self.install(wheel)
+            elif stage == Stage.probe:
+                res = self.probe()
+            elif stage == Stage.determinism:
+                res, numerics = self.determinism()
+                self._emit(res)
+                if Stage.numerics in pending:
+                    pending.remove(Stage.numerics)
+                    self.reporter.started(Stage.numerics)
+                    self._emit(numerics)
+                continue
+            elif stage == Stage.numerics:  # selected without determinism: it needs those runs
+                res, numerics = self.determinism()
+                res = numerics
+            else:
+                res = self.refusal()
+            self._emit(res)
+            if stage == Stage.install and res.status not in (Status.pass_, Status.not_applicable):
+                self._skip_rest(pending, "install failed")
+                break
+            if stage == Stage.probe and res.status in (
+                Status.error,
+                Status.timeout,
+                Status.crashed,
+            ):
+                self._skip_rest(pending, "probe failed")
+                break
+        for stage in STAGE_ORDER if o.report_unselected else ():
+            if stage == Stage.build or any(s.name == stage for s in self.result.stages):
+                continue
+            if stage in o.stages:
+                continue
+            self._emit(StageResult(name=stage, status=Status.skipped, reason=o.skip_reason))
+        self.result.stages.sort(key=lambda s: STAGE_ORDER.index(s.name))
+        return self.result

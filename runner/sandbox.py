@@ -1,0 +1,126 @@
+"""Run one stage as a child process in its own process group, with a timeout and a log.
+
+A hang is killed (SIGTERM to the whole group, a grace period, then SIGKILL) and reported as
+``timeout``; death by a signal is ``crashed`` with the log's tail. Cancellation works the same way
+through ``cancel``, an Event the caller may set from another thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GRACE_S = 5.0
+TAIL_BYTES = 4000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "ok" | "failed" | "timeout" | "crashed" | "cancelled"
+    returncode: int | None
+    signal: int | None
+    duration_s: float
+    log_tail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        if self.status == "timeout":
+            return f"killed after {self.duration_s:.0f} s (stage timeout)"
+        if self.status == "crashed" and self.signal is not None:
+            return f"died by signal {signal.Signals(self.signal).name}"
+        if self.status == "cancelled":
+            return "cancelled"
+        if self.status == "failed":
+            return f"exited with status {self.returncode}"
+        return "ok"
+
+
+def tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:  # the leader may be gone while its children linger: kill the group regardless
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run(
+    cmd: list[str],
+    *,
+    timeout_s: float,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    cancel: threading.Event | None = None,
+    grace_s: float = GRACE_S,
+    isolate: bool = False,
+) -> Outcome:
+    """Run ``cmd`` to completion, timeout or cancellation; stdout and stderr go to ``log_path``."""
+    del isolate  # network and user isolation: see isolation(); none is applied yet
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        status = None
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() - start > timeout_s:
+                status = "timeout"
+            elif cancel is not None and cancel.is_set():
+                status = "cancelled"
+            if status is not None:
+                _kill_group(proc, grace_s)
+                break
+        try:  # a leader that exited on its own may leave children in its group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    duration = time.monotonic() - start
+    rc = proc.returncode
+    sig = -rc if rc is not None and rc < 0 else None
+    if status is None:
+        status = "ok" if rc == 0 else ("crashed" if sig is not None else "failed")
+    return Outcome(status, rc, sig, duration, tail(log_path))
+
+
+def isolation() -> str:
+    """The isolation applied to candidate processes, stated honestly for the report."""
+    return "none"

@@ -1,0 +1,90 @@
+"""Builds: the list (newest first, paged by cursor), one build's report, cancellation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from sqlalchemy import select
+
+from runner.wire import BuildReport, BuildsPage, JobState
+from service import notify, queue
+from service.deps import SessionDep, SubmitterDep
+from service.errors import Conflict, NotFound
+from service.models import Build, Job, utcnow
+from service.report import build_report, summary
+
+router = APIRouter(prefix="/api/builds", tags=["builds"])
+
+
+def list_builds(
+    session: SessionDep,
+    *,
+    cursor: int | None = None,
+    limit: int = 50,
+    source: str | None = None,
+    branch: str | None = None,
+    verdict: str | None = None,
+) -> BuildsPage:
+    stmt = select(Build).order_by(Build.id.desc()).limit(limit + 1)
+    if cursor is not None:
+        stmt = stmt.where(Build.id < cursor)
+    if source:
+        stmt = stmt.where(Build.source == source)
+    if branch:
+        stmt = stmt.where(Build.branch == branch)
+    if verdict:
+        stmt = stmt.where(Build.verdict == verdict)
+    rows = list(session.scalars(stmt))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return BuildsPage(items=[summary(b) for b in rows], next_cursor=rows[-1].id if more else None)
+
+
+@router.get("", response_model=BuildsPage)
+def read_builds(
+    session: SessionDep,
+    cursor: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    source: Annotated[str | None, Query(pattern="^(wheel|commit)$")] = None,
+    branch: Annotated[str | None, Query(max_length=300)] = None,
+    verdict: Annotated[str | None, Query(max_length=16)] = None,
+) -> BuildsPage:
+    """Build summaries, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    return list_builds(
+        session, cursor=cursor, limit=limit, source=source, branch=branch, verdict=verdict
+    )
+
+
+def get_build(session: SessionDep, build_id: int) -> Build:
+    build = session.get(Build, build_id)
+    if build is None:
+        raise NotFound(f"no build {build_id}")
+    return build
+
+
+@router.get("/{build_id}", response_model=BuildReport)
+def read_build(session: SessionDep, build_id: int) -> BuildReport:
+    """One build's full report: capabilities, findings, jobs and stages, drift, refusal."""
+    return build_report(session, get_build(session, build_id))
+
+
+@router.post("/{build_id}/cancel", response_model=BuildReport)
+def cancel_build(
+    request: Request, session: SessionDep, _submitter: SubmitterDep, build_id: int
+) -> BuildReport:
+    """Cancel a build: queued jobs end, a running stage is stopped at its next heartbeat."""
+    build = get_build(session, build_id)
+    if build.finished_at is not None and build.cancelled_at is None:
+        raise Conflict(f"build {build_id} already finished")
+    now = utcnow()
+    build.cancelled_at = build.cancelled_at or now
+    for job in session.scalars(select(Job).where(Job.build_id == build.id)):
+        if job.state in (JobState.waiting, JobState.queued, JobState.leased):
+            job.state = JobState.cancelled
+            job.finished_at = now
+            job.reason = "cancelled"
+    queue.refresh_build(session, build.id)
+    session.commit()
+    notify.queue_changed(request.app)
+    return build_report(session, build)

@@ -1,0 +1,222 @@
+"""The runner protocol: register, claim (long poll), heartbeat, post stages, finish, fetch wheel.
+
+Each post carries the lease token of the attempt it belongs to; a stale attempt's token is
+refused with 409, so a runner that comes back from the dead cannot overwrite results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from datetime import timedelta
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from runner.inside.registry import FAMILIES
+from runner.wire import (
+    ClaimRequest,
+    HeartbeatAck,
+    JobFinish,
+    JobKind,
+    JobLease,
+    JobState,
+    LeasedPost,
+    RunnerRegister,
+    RunnerRegistered,
+    Stage,
+    StagePost,
+)
+from service import lines, notify, queue, uploads
+from service.deps import RunnerDep, SessionDep, SettingsDep, require_registration
+from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
+from service.models import Job, Runner, utcnow
+from service.report import store_stage
+
+router = APIRouter(prefix="/api", tags=["runners"])
+
+
+@router.post("/runners/register", response_model=RunnerRegistered)
+def register_runner(
+    request: Request, body: RunnerRegister, session: SessionDep, settings: SettingsDep
+) -> RunnerRegistered:
+    """Exchange the registration token for this runner's own token (shown once, stored hashed)."""
+    require_registration(request, settings)
+    family = body.labels.get("arch") or None
+    if family is not None and family not in FAMILIES:
+        raise BadRequest(f"unknown arch label {family!r}; expected one of {list(FAMILIES)}")
+    token = secrets.token_urlsafe(32)
+    runner = session.scalars(select(Runner).where(Runner.name == body.name)).first()
+    if runner is None:
+        runner = Runner(name=body.name)
+        session.add(runner)
+    runner.labels = body.labels
+    runner.family = family
+    runner.builder = body.labels.get("builder", "").lower() in ("1", "true", "yes")
+    runner.token_hash = queue.hash_token(token)
+    runner.revoked_at = None
+    runner.last_seen_at = utcnow()
+    session.commit()
+    return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
+
+
+@router.post("/runners/{runner_id}/revoke", status_code=204)
+def revoke_runner(
+    request: Request, runner_id: int, session: SessionDep, settings: SettingsDep
+) -> Response:
+    """Revoke a runner's token (registration token required)."""
+    require_registration(request, settings)
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        raise NotFound(f"no runner {runner_id}")
+    runner.revoked_at = utcnow()
+    session.commit()
+    return Response(status_code=204)
+
+
+def _lease(request: Request, job: Job, token: str, lease_seconds: int) -> JobLease:
+    build = job.build
+    wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
+    assert job.lease_expires_at is not None
+    return JobLease(
+        job_id=job.id,
+        build_id=build.id,
+        kind=JobKind(job.kind),
+        family=job.family,
+        attempt=job.attempt,
+        lease_token=token,
+        lease_expires_at=job.lease_expires_at,
+        lease_seconds=lease_seconds,
+        wheel_url=wheel_url,
+        wheel_filename=build.filename,
+        wheel_sha256=build.sha256,
+        version=build.version,
+        stages=[Stage(s) for s in job.stages],
+    )
+
+
+def _claim_once(request: Request, runner_id: int) -> JobLease | None:
+    settings = request.app.state.settings
+    session: Session
+    with request.app.state.sessions() as session:
+        runner = session.get(Runner, runner_id)
+        assert runner is not None
+        runner.last_seen_at = utcnow()
+        queue.sweep(session)
+        got = queue.claim(session, runner, settings.lease_seconds)
+        lease = _lease(request, *got, settings.lease_seconds) if got else None
+        if got:
+            queue.refresh_build(session, got[0].build_id)
+        session.commit()
+        return lease
+
+
+@router.post("/jobs/claim", response_model=JobLease, responses={204: {"description": "no job"}})
+async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> Response | JobLease:
+    """Lease the next job this runner can take; waits up to ``wait_s`` for one to appear."""
+    deadline = time.monotonic() + body.wait_s
+    while True:
+        event = notify.current_event(request.app)
+        lease = await run_in_threadpool(_claim_once, request, runner.id)
+        if lease is not None:
+            return lease
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return Response(status_code=204)
+        try:  # woken by a submission; the timeout covers other service processes
+            await asyncio.wait_for(event.wait(), timeout=min(remaining, 1.0))
+        except TimeoutError:
+            pass
+
+
+def _leased_job(
+    session: Session, runner: Runner, job_id: int, token: str, *, cancelled_ok: bool = False
+) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    if job.runner_id != runner.id:
+        if job.state == JobState.queued or job.runner_id is None:
+            raise StaleLease(f"job {job_id} is no longer leased to runner {runner.name}")
+        raise Forbidden(f"job {job_id} is not leased to runner {runner.name}")
+    if job.lease_token_hash is None or not secrets.compare_digest(
+        job.lease_token_hash, queue.hash_token(token)
+    ):
+        raise StaleLease(f"job {job_id}: stale lease token (attempt {job.attempt} is current)")
+    if job.state == JobState.cancelled and cancelled_ok:
+        return job
+    if job.state != JobState.leased:
+        raise Conflict(f"job {job_id} is {job.state}")
+    return job
+
+
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAck)
+def heartbeat_job(
+    job_id: int, body: LeasedPost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
+) -> HeartbeatAck:
+    """Extend the lease; the answer says whether the build was cancelled meanwhile."""
+    job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
+    if job.state == JobState.cancelled:
+        session.commit()
+        return HeartbeatAck(lease_expires_at=job.lease_expires_at or utcnow(), cancelled=True)
+    job.lease_expires_at = utcnow() + timedelta(seconds=settings.lease_seconds)
+    session.commit()
+    return HeartbeatAck(lease_expires_at=job.lease_expires_at)
+
+
+@router.post("/jobs/{job_id}/stages", status_code=201)
+def post_stage(
+    job_id: int, body: StagePost, session: SessionDep, runner: RunnerDep
+) -> dict[str, int]:
+    """Store one finished stage of the job (idempotent per stage name)."""
+    job = _leased_job(session, runner, job_id, body.lease_token)
+    if body.result.name not in job.stages:
+        raise BadRequest(f"stage {body.result.name} is not part of job {job_id}")
+    row = store_stage(session, job, body.result)
+    session.flush()
+    if body.result.name == Stage.probe:
+        lines.add_line_findings(session, job.build, job)
+    queue.refresh_build(session, job.build_id)
+    session.commit()
+    return {"stage_id": row.id}
+
+
+@router.post("/jobs/{job_id}/finish", response_model=dict[str, str])
+def finish_job(
+    request: Request, job_id: int, body: JobFinish, session: SessionDep, runner: RunnerDep
+) -> dict[str, str]:
+    """End the job; results posted after this are refused."""
+    job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
+    if job.state == JobState.cancelled:
+        return {"state": job.state}
+    job.state = JobState.finished
+    job.finished_at = utcnow()
+    job.environment = body.environment.model_dump()
+    job.reason = f"error: {body.error}" if body.error else ""
+    job.lease_token_hash = None
+    if job.kind == "build":
+        queue.release_waiting(session, job.build)
+    queue.refresh_build(session, job.build_id)
+    session.commit()
+    notify.queue_changed(request.app)
+    return {"state": job.state}
+
+
+@router.get("/jobs/{job_id}/wheel", name="download_wheel")
+def download_wheel(
+    request: Request, job_id: int, session: SessionDep, runner: RunnerDep
+) -> FileResponse:
+    """The build's wheel, for the runner holding the job's lease (``X-Lease-Token``)."""
+    job = _leased_job(session, runner, job_id, request.headers.get("x-lease-token", ""))
+    build = job.build
+    if build.sha256 is None or build.filename is None:
+        raise NotFound(f"build {build.id} has no wheel yet")
+    path = uploads.blob_path(request.app.state.settings.data_dir, build.sha256)
+    if not path.is_file():
+        raise NotFound(f"the wheel of build {build.id} is missing from the store")
+    session.commit()
+    return FileResponse(path, filename=build.filename, media_type="application/octet-stream")

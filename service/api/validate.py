@@ -1,0 +1,107 @@
+"""``POST /validate``: a wheel (multipart, streamed) or a commit (JSON) becomes a build."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
+
+from runner.wire import BuildAccepted
+from service import notify, queue, uploads
+from service.config import Settings
+from service.deps import SettingsDep, SubmitterDep
+from service.errors import BadRequest
+from service.models import Build
+
+log = logging.getLogger("fe_ci.validate")
+router = APIRouter(tags=["submit"])
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["wheel"],
+                    "properties": {"wheel": {"type": "string", "format": "binary"}},
+                }
+            },
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["commit"],
+                    "properties": {"commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"}},
+                }
+            },
+        },
+    }
+}
+
+
+def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted:
+    session: Session
+    with request.app.state.sessions() as session:
+        session.add(build)
+        queue.create_jobs(session, build, settings)
+        session.flush()
+        queue.refresh_build(session, build.id)
+        session.commit()
+        return BuildAccepted(build_id=build.id, url=f"/builds/{build.id}")
+
+
+async def _read_commit(request: Request) -> str:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise BadRequest("the body is not valid JSON") from exc
+    commit = body.get("commit") if isinstance(body, dict) else None
+    if not isinstance(commit, str) or not _SHA.match(commit.lower()):
+        raise BadRequest('send {"commit": "<40 hex digits>"}', detail={"commit": commit})
+    return commit.lower()
+
+
+@router.post("/validate", status_code=202, response_model=BuildAccepted, openapi_extra=_BODY_DOC)
+async def create_build(
+    request: Request, settings: SettingsDep, submitter: SubmitterDep
+) -> BuildAccepted:
+    """Submit a frontend wheel or a commit of the frontend repository for validation."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "application/json":
+        commit = await _read_commit(request)
+        build = Build(
+            source="commit", repo=settings.repo_url, commit=commit, submitted_by=submitter
+        )
+        accepted = await run_in_threadpool(_insert, request, settings, build)
+    elif ctype == "multipart/form-data":
+        stored = await uploads.receive_wheel(
+            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+        )
+        build = Build(
+            source="wheel",
+            version=stored.version,
+            sha256=stored.sha256,
+            filename=stored.filename,
+            size=stored.size,
+            submitted_by=submitter,
+        )
+        try:
+            accepted = await run_in_threadpool(_insert, request, settings, build)
+        except BaseException:
+            uploads.discard(stored)
+            raise
+    else:
+        raise BadRequest(
+            "send multipart/form-data with a 'wheel' file, or application/json with a commit",
+            detail={"content_type": ctype or None},
+        )
+    log.info("event=build_created build=%s source=%s", accepted.build_id, build.source)
+    notify.queue_changed(request.app)
+    return accepted

@@ -1,0 +1,105 @@
+"""The application factory: settings, database, routers, the one error shape, the sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service import db, notify, queue, uploads
+from service.api import builds, runners, validate
+from service.config import Settings
+from service.errors import ApiError
+from service.web import views
+
+log = logging.getLogger("fe_ci.service")
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}
+
+
+def _error(status: int, code: str, message: str, detail: Any = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "detail": detail}}
+    return JSONResponse(body, status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return _error(422, "validation_error", "the request is not valid", errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("event=unhandled_error type=%s", type(exc).__name__)
+        return _error(500, "internal_error", "internal error; see the service log")
+
+
+async def _sweeper(app: FastAPI) -> None:
+    settings: Settings = app.state.settings
+    while True:
+        await asyncio.sleep(settings.sweep_interval_s)
+        try:
+            changed = await asyncio.to_thread(_sweep_once, app)
+            if changed:
+                notify.queue_changed(app)
+        except Exception:
+            log.exception("event=sweep_failed")
+
+
+def _sweep_once(app: FastAPI) -> int:
+    with app.state.sessions() as session:
+        changed = queue.sweep(session)
+        session.commit()
+        return changed
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = (settings or Settings()).with_generated_tokens()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db.migrate(settings.url)
+    engine = db.make_engine(settings.url)
+    uploads.sweep_tmp(settings.data_dir)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.queue_changed = asyncio.Event()
+        app.state.loop = asyncio.get_running_loop()
+        task = asyncio.create_task(_sweeper(app))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            engine.dispose()
+
+    app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = db.session_factory(engine)
+    install_error_handlers(app)
+    app.include_router(validate.router)
+    app.include_router(builds.router)
+    app.include_router(runners.router)
+    app.include_router(views.router)
+    views.mount_static(app)
+    return app

@@ -1,0 +1,105 @@
+"""The service's settings, read once from the environment (prefix ``FE_CI_``)."""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret")
+_PLACEHOLDERS = {"changeme", "change-me", "secret", "token", "xxx", "..."}
+
+
+def split_csv(value: object) -> object:
+    """List settings are comma-separated strings in the environment."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FE_CI_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    database_url: str | None = None
+    submit_token: str | None = None
+    runner_token: str | None = None
+    webhook_secret: str | None = None
+    repo_url: str = "https://github.com/NVIDIA/cudnn-frontend.git"
+    branches: Annotated[list[str], NoDecode] = ["refs/heads/develop"]
+    public_url: str = "http://127.0.0.1:8080"
+    github_token: str | None = None
+    github_api_url: str = "https://api.github.com"
+    gpu_archs: Annotated[list[str], NoDecode] = ["auto"]
+    gpu_wait_hours: float = Field(default=24.0, ge=0)
+    lease_seconds: int = Field(default=120, ge=1)
+    max_upload_mb: int = Field(default=1024, ge=1)
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+
+    _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
+
+    @field_validator("submit_token", "runner_token", "webhook_secret")
+    @classmethod
+    def _refuse_placeholders(cls, value: str | None) -> str | None:
+        if value is not None and (value.lower() in _PLACEHOLDERS or len(value) < 8):
+            raise ValueError("a token must be at least 8 characters and not a placeholder")
+        return value
+
+    @field_validator("gpu_archs")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        known = {"auto", "sm_80", "sm_90", "sm_100"}
+        bad = [v for v in value if v not in known]
+        if bad:
+            raise ValueError(f"unknown GPU families {bad}; use auto, sm_80, sm_90, sm_100")
+        return value
+
+    @cached_property
+    def url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'fe-ci.sqlite3').resolve()}"
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.data_dir / "tokens.env"
+
+    def with_generated_tokens(self) -> Settings:
+        """Fill unset tokens from ``<data_dir>/tokens.env``, generating and saving them once.
+
+        A first start on a laptop then needs no configuration; the file is mode 0600 and the
+        runner and ``fe-ci submit`` read it when they share the data directory.
+        """
+        saved = read_tokens_file(self.tokens_file)
+        values = {}
+        for name in TOKEN_NAMES:
+            if getattr(self, name) is None:
+                values[name] = saved.get(name) or secrets.token_urlsafe(24)
+        if not values:
+            return self
+        merged = {**saved, **values}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tokens_file.with_suffix(".tmp")
+        tmp.write_text("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
+        tmp.chmod(0o600)
+        tmp.replace(self.tokens_file)
+        return self.model_copy(update=values)
+
+
+def read_tokens_file(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith("FE_CI_"):
+            out[key[len("FE_CI_") :].lower()] = value.strip()
+    return out

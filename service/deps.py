@@ -1,0 +1,70 @@
+"""Request dependencies: settings, the one session per request, and who is calling."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.errors import Forbidden, Unauthorized
+from service.models import Runner, utcnow
+from service.queue import hash_token
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_db(request: Request) -> Iterator[Session]:
+    with request.app.state.sessions() as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_db)]
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("send 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def same_secret(given: str, expected: str | None) -> bool:
+    return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def require_submitter(request: Request, settings: SettingsDep) -> str:
+    """The submit token opens submission and cancellation, nothing else."""
+    if not same_secret(bearer(request), settings.submit_token):
+        raise Unauthorized("invalid submit token")
+    return "token"
+
+
+def require_registration(request: Request, settings: SettingsDep) -> None:
+    if not same_secret(bearer(request), settings.runner_token):
+        raise Unauthorized("invalid runner registration token")
+
+
+def require_runner(request: Request, session: SessionDep) -> Runner:
+    """A runner's own token, issued at registration and stored hashed."""
+    digest = hash_token(bearer(request))
+    runner = session.scalars(select(Runner).where(Runner.token_hash == digest)).first()
+    if runner is None or not hmac.compare_digest(runner.token_hash, digest):
+        raise Unauthorized("invalid runner token")
+    if runner.revoked_at is not None:
+        raise Forbidden("this runner's token was revoked")
+    runner.last_seen_at = utcnow()
+    return runner
+
+
+SubmitterDep = Annotated[str, Depends(require_submitter)]
+RunnerDep = Annotated[Runner, Depends(require_runner)]

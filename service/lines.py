@@ -1,0 +1,94 @@
+"""Feature regression across a build's line: what the previous build had and this one lacks.
+
+The previous build of the line is, for commit builds, the newest earlier build of the same branch;
+for wheels, the build with the highest lower version.
+"""
+
+from __future__ import annotations
+
+from packaging.version import InvalidVersion, Version
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from runner import compare
+from runner.wire import Capability
+from service.models import Build, CapabilityRow, FindingRow, Job
+
+LINE_KINDS = ("feature_regression",)
+
+
+def _capabilities(session: Session, build_id: int) -> dict[str, Capability]:
+    rows = session.scalars(
+        select(CapabilityRow).where(CapabilityRow.build_id == build_id).order_by(CapabilityRow.id)
+    )
+    out: dict[str, Capability] = {}
+    for r in rows:
+        out.setdefault(
+            r.subject,
+            Capability(
+                importable=r.importable,
+                knob=r.knob,
+                present=r.present,
+                default=r.default,
+                method=r.method,
+                error=r.error,
+                entry_point=r.entry_point,
+            ),
+        )
+    return out
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+def previous_build(session: Session, build: Build) -> Build | None:
+    probed = select(CapabilityRow.build_id).distinct()
+    if build.source == "commit":
+        return session.scalars(
+            select(Build)
+            .where(Build.source == "commit", Build.branch == build.branch, Build.id < build.id)
+            .where(Build.id.in_(probed))
+            .order_by(Build.id.desc())
+        ).first()
+    mine = _version(build.version)
+    if mine is None:
+        return None
+    best: tuple[Version, int, Build] | None = None
+    for other in session.scalars(
+        select(Build).where(Build.source == "wheel", Build.id != build.id, Build.id.in_(probed))
+    ):
+        theirs = _version(other.version)
+        if theirs is not None and theirs < mine and (best is None or (theirs, other.id) > best[:2]):
+            best = (theirs, other.id, other)
+    return best[2] if best else None
+
+
+def add_line_findings(session: Session, build: Build, job: Job) -> None:
+    """Compare this job's probe with the previous build of the line; store what regressed."""
+    prev = previous_build(session, build)
+    if prev is None:
+        return
+    session.execute(
+        delete(FindingRow).where(
+            FindingRow.build_id == build.id,
+            FindingRow.job_id.is_(None),
+            FindingRow.kind.in_(LINE_KINDS),
+        )
+    )
+    previous = _capabilities(session, prev.id)
+    for finding in compare.regressions(previous, _capabilities(session, build.id)):
+        session.add(
+            FindingRow(
+                build_id=build.id,
+                job_id=None,
+                kind=finding.kind,
+                severity=finding.severity,
+                subject=finding.subject,
+                message=f"{finding.message} (previous build #{prev.id}, {prev.version})",
+            )
+        )
+    del job

@@ -1,0 +1,226 @@
+"""The data model: builds, jobs, runners, and the results their stages report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware in Python, stored as UTC (SQLite has no time zones)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Runner(Base):
+    __tablename__ = "runners"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    family: Mapped[str | None] = mapped_column(String(16))
+    builder: Mapped[bool] = mapped_column(Boolean, default=False)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Build(Base):
+    __tablename__ = "builds"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))  # "wheel" | "commit"
+    version: Mapped[str | None] = mapped_column(String(100))
+    sha256: Mapped[str | None] = mapped_column(String(64), index=True)
+    filename: Mapped[str | None] = mapped_column(String(300))
+    size: Mapped[int | None] = mapped_column(Integer)
+    repo: Mapped[str | None] = mapped_column(String(500))
+    commit: Mapped[str | None] = mapped_column(String(40), index=True)
+    branch: Mapped[str | None] = mapped_column(String(300))
+    submitted_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    verdict: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    verdict_reason: Mapped[str] = mapped_column(Text, default="")
+
+    jobs: Mapped[list[Job]] = relationship(
+        back_populates="build", order_by="Job.id", cascade="all, delete-orphan"
+    )
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state_kind", "state", "kind"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(8))  # "build" | "cpu" | "gpu"
+    family: Mapped[str | None] = mapped_column(String(16))
+    stages: Mapped[list[str]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))
+    lease_token_hash: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    wait_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    environment: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    build: Mapped[Build] = relationship(back_populates="jobs")
+    runner: Mapped[Runner | None] = relationship()
+    stage_rows: Mapped[list[StageRow]] = relationship(
+        back_populates="job", order_by="StageRow.id", cascade="all, delete-orphan"
+    )
+
+
+class StageRow(Base):
+    __tablename__ = "stages"
+    __table_args__ = (UniqueConstraint("job_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    version: Mapped[str | None] = mapped_column(String(100))
+    log_tail: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="stage_rows")
+    checks: Mapped[list[CheckRow]] = relationship(
+        order_by="CheckRow.id", cascade="all, delete-orphan"
+    )
+
+
+class CheckRow(Base):
+    __tablename__ = "checks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    stage_id: Mapped[int] = mapped_column(ForeignKey("stages.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class _PerJob:
+    """Rows that belong to one job of one build (deleted with the job's attempt)."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+
+
+class FindingRow(_PerJob, Base):
+    __tablename__ = "findings"
+
+    kind: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    subject: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class CapabilityRow(_PerJob, Base):
+    __tablename__ = "capabilities"
+
+    subject: Mapped[str] = mapped_column(String(64))
+    importable: Mapped[bool] = mapped_column(Boolean)
+    knob: Mapped[str] = mapped_column(String(64))
+    present: Mapped[bool] = mapped_column(Boolean)
+    default: Mapped[str | None] = mapped_column(String(100))
+    method: Mapped[str | None] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    entry_point: Mapped[str] = mapped_column(String(200), default="")
+
+
+class DriftRowDB(_PerJob, Base):
+    __tablename__ = "drift"
+
+    family: Mapped[str | None] = mapped_column(String(16))
+    subject: Mapped[str] = mapped_column(String(64), index=True)
+    output: Mapped[str] = mapped_column(String(32))
+    arm: Mapped[str] = mapped_column(String(16))
+    runs: Mapped[int] = mapped_column(Integer)
+    differing: Mapped[int] = mapped_column(Integer)
+    distinct: Mapped[int] = mapped_column(Integer)
+    max_abs_diff: Mapped[float | None] = mapped_column(Float)
+    finite: Mapped[bool] = mapped_column(Boolean)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    luck_probability: Mapped[float | None] = mapped_column(Float)
+    stopped_by: Mapped[str | None] = mapped_column(String(32))
+
+
+class RefusalRowDB(_PerJob, Base):
+    __tablename__ = "refusal_rows"
+
+    activation: Mapped[str] = mapped_column(String(16))
+    request: Mapped[str] = mapped_column(String(32))
+    scale_bias: Mapped[bool] = mapped_column(Boolean)
+    fc1_bias: Mapped[bool] = mapped_column(Boolean)
+    unit_scale: Mapped[bool] = mapped_column(Boolean)
+    expected: Mapped[str] = mapped_column(String(16))
+    observed: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    call_kwargs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ChosenConfig(Base):
+    """The determinism config picked by measuring, per (subject, family): builds stay comparable."""
+
+    __tablename__ = "chosen_configs"
+    __table_args__ = (UniqueConstraint("subject", "family"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(16))
+    config: Mapped[str] = mapped_column(String(200))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+PER_JOB_TABLES: tuple[type[_PerJob], ...] = (FindingRow, CapabilityRow, DriftRowDB, RefusalRowDB)

@@ -1,0 +1,178 @@
+"""Jobs: creation per build, claiming in one statement, leases, expiry and the GPU wait deadline."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, case, delete, false, or_, select, true, update
+from sqlalchemy.orm import Session
+
+from runner.wire import JobKind, JobState, Stage
+from service.config import Settings
+from service.models import PER_JOB_TABLES, Build, Job, Runner, StageRow, utcnow
+
+log = logging.getLogger("fe_ci.queue")
+
+MAX_ATTEMPTS = 3
+CPU_STAGES = [Stage.install, Stage.probe, Stage.refusal]
+GPU_STAGES = [Stage.install, Stage.probe, Stage.determinism, Stage.numerics, Stage.refusal]
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def alive_families(session: Session, settings: Settings, now: datetime) -> list[str]:
+    """Families of the runners seen within two lease periods (what ``auto`` covers)."""
+    since = now - timedelta(seconds=2 * settings.lease_seconds)
+    rows = session.scalars(
+        select(Runner.family)
+        .where(Runner.family.is_not(None), Runner.revoked_at.is_(None))
+        .where(Runner.last_seen_at >= since)
+        .distinct()
+    )
+    return sorted(f for f in rows if f)
+
+
+def gpu_families(session: Session, settings: Settings, now: datetime) -> list[str]:
+    if settings.gpu_archs == ["auto"]:
+        return alive_families(session, settings, now)
+    return sorted({f for f in settings.gpu_archs if f != "auto"})
+
+
+def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]:
+    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits)."""
+    now = utcnow()
+    jobs: list[Job] = []
+    first_state = JobState.queued
+    if build.source == "commit" and build.sha256 is None:
+        jobs.append(Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued))
+        first_state = JobState.waiting
+    jobs.append(Job(kind=JobKind.cpu, stages=list(CPU_STAGES), state=first_state))
+    deadline = now + timedelta(hours=settings.gpu_wait_hours)
+    for family in gpu_families(session, settings, now):
+        jobs.append(
+            Job(
+                kind=JobKind.gpu,
+                family=family,
+                stages=list(GPU_STAGES),
+                state=first_state,
+                wait_deadline=deadline,
+            )
+        )
+    for job in jobs:
+        job.created_at = now
+        build.jobs.append(job)
+    return jobs
+
+
+def _clear_attempt(session: Session, job_id: int) -> None:
+    """Remove what an abandoned attempt reported, so a build ends with one set of results."""
+    for table in PER_JOB_TABLES:
+        session.execute(delete(table).where(table.job_id == job_id))
+    session.execute(delete(StageRow).where(StageRow.job_id == job_id))
+
+
+def sweep(session: Session, now: datetime | None = None) -> int:
+    """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
+    now = now or utcnow()
+    changed = 0
+    expired = session.scalars(
+        select(Job).where(Job.state == JobState.leased, Job.lease_expires_at < now)
+    ).all()
+    for job in expired:
+        _clear_attempt(session, job.id)
+        job.runner_id = None
+        job.lease_token_hash = None
+        job.lease_expires_at = None
+        if job.attempt >= MAX_ATTEMPTS:
+            job.state = JobState.finished
+            job.reason = f"error: the lease expired {job.attempt} times (runner lost)"
+            job.finished_at = now
+        else:
+            job.state = JobState.queued
+            job.attempt += 1
+        log.warning(
+            "event=lease_expired job=%s attempt=%s state=%s", job.id, job.attempt, job.state
+        )
+        changed += 1
+    overdue = session.scalars(
+        select(Job).where(
+            Job.state == JobState.queued, Job.kind == JobKind.gpu, Job.wait_deadline < now
+        )
+    ).all()
+    for job in overdue:
+        job.state = JobState.finished
+        job.reason = f"skipped: no {job.family} runner"
+        job.finished_at = now
+        changed += 1
+    if changed:
+        session.flush()
+        for build_id in {j.build_id for j in (*expired, *overdue)}:
+            refresh_build(session, build_id)
+    return changed
+
+
+def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, str] | None:
+    """Lease the oldest job this runner can take, in one UPDATE so racing runners never share."""
+    now = utcnow()
+    matches = or_(
+        Job.kind == JobKind.cpu,
+        and_(Job.kind == JobKind.gpu, Job.family == runner.family) if runner.family else false(),
+        and_(Job.kind == JobKind.build, true() if runner.builder else false()),
+    )
+    # A GPU runner prefers the work only it can do.
+    preference = case((Job.kind == JobKind.cpu, 1), else_=0)
+    pick = (
+        select(Job.id)
+        .where(Job.state == JobState.queued, matches)
+        .order_by(preference, Job.id)
+        .limit(1)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    token = secrets.token_urlsafe(24)
+    job_id = session.execute(
+        update(Job)
+        .where(Job.id == pick.scalar_subquery(), Job.state == JobState.queued)
+        .values(
+            state=JobState.leased,
+            runner_id=runner.id,
+            lease_token_hash=hash_token(token),
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=now,
+        )
+        .returning(Job.id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if job_id is None:
+        return None
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    return job, token
+
+
+def refresh_build(session: Session, build_id: int) -> None:
+    """Recompute and store the build's verdict (the grid reads the stored column)."""
+    from service.report import build_report  # the report imports this module
+
+    build = session.get(Build, build_id)
+    if build is None:
+        return
+    session.flush()
+    session.expire(build)
+    report = build_report(session, build)
+    build.verdict = report.verdict
+    build.verdict_reason = report.verdict_reason
+    if report.status in ("finished", "cancelled") and build.finished_at is None:
+        build.finished_at = utcnow()
+
+
+def release_waiting(session: Session, build: Build) -> None:
+    """A finished ``build`` job releases the jobs that waited for its wheel."""
+    for job in build.jobs:
+        if job.state == JobState.waiting:
+            job.state = JobState.queued

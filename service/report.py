@@ -1,0 +1,217 @@
+"""Stored rows to the build report of DESIGN.md, and a runner's stage result to rows."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from runner.verdict import judge
+from runner.wire import (
+    BuildReport,
+    BuildStatus,
+    BuildSummary,
+    Capability,
+    Check,
+    DriftReport,
+    Environment,
+    Finding,
+    JobKind,
+    JobReport,
+    JobState,
+    RefusalReport,
+    Severity,
+    Stage,
+    StageResult,
+    Status,
+    Verdict,
+)
+from service.models import (
+    Build,
+    CapabilityRow,
+    CheckRow,
+    DriftRowDB,
+    FindingRow,
+    Job,
+    RefusalRowDB,
+    StageRow,
+)
+
+T = TypeVar("T")
+
+_STAGE_INDEX = {s: i for i, s in enumerate(Stage)}
+
+
+def build_status(build: Build) -> BuildStatus:
+    if build.cancelled_at is not None:
+        return BuildStatus.cancelled
+    states = {j.state for j in build.jobs}
+    if states and states <= {JobState.finished, JobState.cancelled}:
+        return BuildStatus.finished
+    if states & {JobState.leased} or any(j.state == JobState.finished for j in build.jobs):
+        return BuildStatus.running
+    return BuildStatus.queued
+
+
+def _stage_result(row: StageRow) -> StageResult:
+    return StageResult(
+        name=Stage(row.name),
+        status=Status(row.status),
+        reason=row.reason,
+        duration_s=row.duration_s,
+        version=row.version,
+        log_tail=row.log_tail,
+        checks=[
+            Check(name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
+            for c in row.checks
+        ],
+    )
+
+
+def _capabilities(rows: list[CapabilityRow]) -> dict[str, Capability]:
+    """One view per subject across jobs: a job that read the knob wins over one that could not."""
+    out: dict[str, Capability] = {}
+    for row in rows:
+        cap = Capability(
+            importable=row.importable,
+            knob=row.knob,
+            present=row.present,
+            default=row.default,
+            method=row.method,
+            error=row.error,
+            entry_point=row.entry_point,
+        )
+        held = out.get(row.subject)
+        if held is None or (cap.method and not held.method):
+            out[row.subject] = cap
+    return out
+
+
+def build_report(session: Session, build: Build) -> BuildReport:
+    jobs = session.scalars(
+        select(Job)
+        .where(Job.build_id == build.id)
+        .options(
+            selectinload(Job.stage_rows).selectinload(StageRow.checks), selectinload(Job.runner)
+        )
+        .order_by(Job.id)
+    ).all()
+    families = {j.id: j.family for j in jobs}
+    job_reports = [
+        JobReport(
+            id=j.id,
+            kind=JobKind(j.kind),
+            family=j.family,
+            runner=j.runner.name if j.runner else None,
+            attempt=j.attempt,
+            status=JobState(j.state),
+            reason=j.reason,
+            environment=Environment.model_validate(j.environment or {}),
+            stages=sorted(
+                (_stage_result(s) for s in j.stage_rows), key=lambda s: _STAGE_INDEX[s.name]
+            ),
+        )
+        for j in jobs
+    ]
+    findings = _rows(session, FindingRow, build.id)
+    caps = _rows(session, CapabilityRow, build.id)
+    drift = _rows(session, DriftRowDB, build.id)
+    refusal = _rows(session, RefusalRowDB, build.id)
+    report = BuildReport(
+        id=build.id,
+        source=build.source,
+        version=build.version,
+        sha256=build.sha256,
+        filename=build.filename,
+        repo=build.repo,
+        commit=build.commit,
+        branch=build.branch,
+        submitted_by=build.submitted_by,
+        created_at=build.created_at,
+        status=build_status(build),
+        verdict=Verdict.pending,
+        capabilities=_capabilities(caps),
+        findings=[
+            Finding(
+                kind=f.kind, severity=Severity(f.severity), subject=f.subject, message=f.message
+            )
+            for f in findings
+        ],
+        jobs=job_reports,
+        drift=[
+            DriftReport.model_validate(
+                {**_columns(d), "family": families.get(d.job_id) if d.job_id else None}
+            )
+            for d in drift
+        ],
+        refusal=[RefusalReport.model_validate(_columns(r)) for r in refusal],
+    )
+    judgement = judge(report)
+    report.verdict = judgement.verdict
+    report.verdict_reason = judgement.reason
+    return report
+
+
+def _rows(session: Session, table: type[T], build_id: int) -> list[T]:
+    column = table.build_id  # type: ignore[attr-defined]
+    stmt = select(table).where(column == build_id).order_by(table.id)  # type: ignore[attr-defined]
+    return list(session.scalars(stmt))
+
+
+def _columns(row: object) -> dict[str, object]:
+    table = row.__table__  # type: ignore[attr-defined]
+    return {c.name: getattr(row, c.name) for c in table.columns}
+
+
+def summary(build: Build) -> BuildSummary:
+    return BuildSummary(
+        id=build.id,
+        source=build.source,
+        version=build.version,
+        filename=build.filename,
+        commit=build.commit,
+        branch=build.branch,
+        status=build_status(build),
+        verdict=Verdict(build.verdict),
+        created_at=build.created_at,
+        url=f"/builds/{build.id}",
+    )
+
+
+def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
+    """Write one stage's result and everything it carries.
+
+    Idempotent: a runner that retries a post whose answer it lost gets the stored stage back.
+    """
+    old = session.scalars(
+        select(StageRow).where(StageRow.job_id == job.id, StageRow.name == result.name)
+    ).first()
+    if old is not None:
+        return old
+    row = StageRow(
+        job_id=job.id,
+        name=result.name,
+        status=result.status,
+        reason=result.reason,
+        duration_s=result.duration_s,
+        version=result.version,
+        log_tail=result.log_tail[-4000:],
+        checks=[
+            CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
+            for c in result.checks
+        ],
+    )
+    session.add(row)
+    ids = {"build_id": job.build_id, "job_id": job.id}
+    for f in result.findings:
+        session.add(FindingRow(**ids, **f.model_dump()))
+    for subject, cap in result.capabilities.items():
+        session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
+    for d in result.drift:
+        session.add(DriftRowDB(**ids, family=job.family, **d.model_dump()))
+    for r in result.refusal:
+        session.add(RefusalRowDB(**ids, **r.model_dump()))
+    if result.version and result.name in (Stage.install, Stage.probe):
+        job.build.version = result.version
+    return row
