@@ -23,7 +23,7 @@ from runner import labels as host_labels
 from runner import pipeline
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
-from runner.wire import JobLease, Stage, StageResult, Status
+from runner.wire import JobLease, Stage, StageResult
 
 log = logging.getLogger("fe_ci.agent")
 
@@ -183,6 +183,30 @@ class Agent:
                 pipe.cancel.set()
                 return
 
+    def _build(self, lease: JobLease, work: Path, pipe: pipeline.Pipeline) -> None:
+        """A ``build`` job: commit -> wheel, uploaded to the service before the stage is posted."""
+        from runner import build
+
+        s = self.settings
+        assert lease.repo and lease.commit
+        pipe.reporter.started(Stage.build)
+        result, built = build.run_build(
+            lease.repo,
+            lease.commit,
+            cache_dir=Path(s.cache_dir),
+            work=work,
+            timeout_s=s.stage_timeout_s,
+            index_url=s.index_url,
+            wheelhouse=s.wheelhouse,
+            cancel=pipe.cancel,
+        )
+        if built is not None:
+            self.with_retries(
+                lambda: self.client.upload_artifact(lease, built.wheel, build.python_tag())
+            )
+        pipe.result.stages.append(result)
+        pipe.reporter.finished(result)
+
     def run_job(self, lease: JobLease) -> None:
         s = self.settings
         log.info(
@@ -218,11 +242,17 @@ class Agent:
         beat.start()
         error: str | None = None
         try:
-            wheel = self.client.download_wheel(lease, work / "wheel") if lease.wheel_url else None
-            result = pipe.run(wheel)
-            errs = [st for st in result.stages if st.status == Status.error]
-            if errs and not poster.lost:
-                error = None  # stage errors are in the stages; the job itself ran
+            if lease.kind == "build":
+                self._build(lease, work, pipe)
+                result = pipe.result
+            else:
+                wheel = (
+                    self.client.download_wheel(lease, work / "wheel") if lease.wheel_url else None
+                )
+                result = pipe.run(wheel)
+        except LeaseLost:
+            poster.lost = True
+            result = pipe.result
         except ServiceError as exc:
             if exc.stale:
                 poster.lost = True

@@ -106,6 +106,23 @@ class Client:
         body = JobFinish(lease_token=lease.lease_token, environment=environment, error=error)
         self._post(f"/api/jobs/{lease.job_id}/finish", body.model_dump(mode="json"))
 
+    def upload_artifact(self, lease: JobLease, wheel: Path, python_tag: str) -> None:
+        """A build job's wheel, streamed as multipart to the service."""
+        assert lease.artifact_url
+        headers = {
+            **self._headers(),
+            "X-Lease-Token": lease.lease_token,
+            "X-Python-Tag": python_tag,
+        }
+        with wheel.open("rb") as fh:
+            resp = self.http.post(
+                lease.artifact_url,
+                files={"wheel": (wheel.name, fh, "application/octet-stream")},
+                headers=headers,
+                timeout=600.0,
+            )
+        _raise_for(resp)
+
     def download_wheel(self, lease: JobLease, dest_dir: Path) -> Path:
         """Stream the wheel to disk and check its sha256 against the lease."""
         assert lease.wheel_url and lease.wheel_filename

@@ -191,6 +191,9 @@ class JobLease(_Model):
     wheel_sha256: str | None
     version: str | None
     stages: list[Stage]
+    repo: str | None = None
+    commit: str | None = None
+    artifact_url: str | None = None  # build jobs upload the wheel here
 
 
 class LeasedPost(_Model):

@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service import db, notify, queue, uploads
-from service.api import builds, runners, validate
+from service import db, github, notify, queue, uploads
+from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.errors import ApiError
 from service.web import views
@@ -96,10 +96,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
+    github.StatusReporter(settings).install(app.state.sessions)
     install_error_handlers(app)
     app.include_router(validate.router)
     app.include_router(builds.router)
     app.include_router(runners.router)
+    app.include_router(webhooks.router)
     app.include_router(views.router)
     views.mount_static(app)
     return app

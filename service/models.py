@@ -74,6 +74,9 @@ class Build(Base):
     repo: Mapped[str | None] = mapped_column(String(500))
     commit: Mapped[str | None] = mapped_column(String(40), index=True)
     branch: Mapped[str | None] = mapped_column(String(300))
+    message: Mapped[str | None] = mapped_column(
+        Text
+    )  # the head commit's message, for commit builds
     submitted_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -224,3 +227,35 @@ class ChosenConfig(Base):
 
 
 PER_JOB_TABLES: tuple[type[_PerJob], ...] = (FindingRow, CapabilityRow, DriftRowDB, RefusalRowDB)
+
+
+class WebhookDelivery(Base):
+    """A GitHub delivery seen once: a redelivery of the same id creates nothing new."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery: Mapped[str] = mapped_column(String(100), unique=True)
+    event: Mapped[str] = mapped_column(String(50))
+    outcome: Mapped[str] = mapped_column(String(200))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Artifact(Base):
+    """A wheel built from a commit, kept by (commit, Python tag) so a rebuild is free."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("repo", "commit", "python_tag"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repo: Mapped[str] = mapped_column(String(500))
+    commit: Mapped[str] = mapped_column(String(40), index=True)
+    python_tag: Mapped[str] = mapped_column(String(16))
+    sha256: Mapped[str] = mapped_column(String(64))
+    filename: Mapped[str] = mapped_column(String(300))
+    size: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str | None] = mapped_column(String(100))
+    log_sha256: Mapped[str | None] = mapped_column(String(64))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -10,9 +10,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, case, delete, false, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from runner.wire import JobKind, JobState, Stage
+from runner.wire import JobKind, JobState, Stage, Verdict
+from service import github
 from service.config import Settings
-from service.models import PER_JOB_TABLES, Build, Job, Runner, StageRow, utcnow
+from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 
 log = logging.getLogger("fe_ci.queue")
 
@@ -49,6 +50,8 @@ def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]
     jobs: list[Job] = []
     first_state = JobState.queued
     if build.source == "commit" and build.sha256 is None:
+        reuse_artifact(session, build)
+    if build.source == "commit" and build.sha256 is None:
         jobs.append(Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued))
         first_state = JobState.waiting
     jobs.append(Job(kind=JobKind.cpu, stages=list(CPU_STAGES), state=first_state))
@@ -67,6 +70,34 @@ def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]
         job.created_at = now
         build.jobs.append(job)
     return jobs
+
+
+def announce(session: Session, build: Build) -> None:
+    """A new build: store its first verdict (pending) and tell GitHub about a commit build."""
+    session.flush()
+    refresh_build(session, build.id)
+    if build.source == "commit" and build.commit:
+        github.queue_status(
+            session, github.Status(build.id, build.commit, Verdict(build.verdict), "")
+        )
+
+
+def reuse_artifact(session: Session, build: Build) -> bool:
+    """A commit already built (same repository) needs no build job: a rebuild is free."""
+    art = session.scalars(
+        select(Artifact)
+        .where(Artifact.repo == build.repo, Artifact.commit == build.commit)
+        .order_by(Artifact.id.desc())
+    ).first()
+    if art is None:
+        return False
+    build.sha256, build.filename, build.size, build.version = (
+        art.sha256,
+        art.filename,
+        art.size,
+        art.version,
+    )
+    return True
 
 
 def _clear_attempt(session: Session, job_id: int) -> None:
@@ -164,7 +195,12 @@ def refresh_build(session: Session, build_id: int) -> None:
         return
     session.flush()
     session.expire(build)
+    previous = build.verdict
     report = build_report(session, build)
+    if build.source == "commit" and build.commit and report.verdict != previous:
+        github.queue_status(
+            session, github.Status(build.id, build.commit, report.verdict, report.verdict_reason)
+        )
     build.verdict = report.verdict
     build.verdict_reason = report.verdict_reason
     if report.status in ("finished", "cancelled") and build.finished_at is None:
@@ -172,7 +208,16 @@ def refresh_build(session: Session, build_id: int) -> None:
 
 
 def release_waiting(session: Session, build: Build) -> None:
-    """A finished ``build`` job releases the jobs that waited for its wheel."""
+    """A finished ``build`` job releases the jobs that waited for its wheel (or ends them)."""
+    now = utcnow()
     for job in build.jobs:
-        if job.state == JobState.waiting:
+        if job.state != JobState.waiting:
+            continue
+        if build.sha256 is None:
+            job.state = JobState.finished
+            job.finished_at = now
+            job.reason = "skipped: the build job produced no wheel"
+        else:
             job.state = JobState.queued
+            if job.wait_deadline is not None:  # the GPU wait starts when there is a wheel
+                job.wait_deadline = now + (job.wait_deadline - job.created_at)

@@ -34,7 +34,7 @@ from runner.wire import (
 from service import lines, notify, queue, uploads
 from service.deps import RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
-from service.models import Job, Runner, utcnow
+from service.models import Artifact, Job, Runner, utcnow
 from service.report import store_stage
 
 router = APIRouter(prefix="/api", tags=["runners"])
@@ -96,6 +96,11 @@ def _lease(request: Request, job: Job, token: str, lease_seconds: int) -> JobLea
         wheel_sha256=build.sha256,
         version=build.version,
         stages=[Stage(s) for s in job.stages],
+        repo=build.repo,
+        commit=build.commit,
+        artifact_url=str(request.url_for("upload_artifact", job_id=job.id))
+        if job.kind == JobKind.build
+        else None,
     )
 
 
@@ -220,3 +225,54 @@ def download_wheel(
         raise NotFound(f"the wheel of build {build.id} is missing from the store")
     session.commit()
     return FileResponse(path, filename=build.filename, media_type="application/octet-stream")
+
+
+@router.post("/jobs/{job_id}/artifact", status_code=201, name="upload_artifact")
+async def upload_artifact(request: Request, job_id: int, runner: RunnerDep) -> dict[str, str]:
+    """A build job's wheel (multipart field ``wheel``), kept by (commit, Python tag)."""
+    token = request.headers.get("x-lease-token", "")
+    python_tag = request.headers.get("x-python-tag", "")
+    await run_in_threadpool(_check_build_lease, request, runner.id, job_id, token)
+    settings = request.app.state.settings
+    stored = await uploads.receive_wheel(
+        request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+    )
+    try:
+        await run_in_threadpool(_record_artifact, request, job_id, stored, python_tag)
+    except BaseException:
+        uploads.discard(stored)
+        raise
+    return {"sha256": stored.sha256, "filename": stored.filename}
+
+
+def _check_build_lease(request: Request, runner_id: int, job_id: int, token: str) -> None:
+    with request.app.state.sessions() as session:
+        runner = session.get(Runner, runner_id)
+        assert runner is not None
+        job = _leased_job(session, runner, job_id, token)
+        if job.kind != JobKind.build:
+            raise BadRequest(f"job {job_id} is not a build job")
+
+
+def _record_artifact(request: Request, job_id: int, stored: uploads.StoredWheel, tag: str) -> None:
+    session: Session
+    with request.app.state.sessions() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        build = job.build
+        build.sha256, build.filename, build.size = stored.sha256, stored.filename, stored.size
+        build.version = stored.version
+        assert build.repo is not None and build.commit is not None
+        session.add(
+            Artifact(
+                repo=build.repo,
+                commit=build.commit,
+                python_tag=tag or "unknown",
+                sha256=stored.sha256,
+                filename=stored.filename,
+                size=stored.size,
+                version=stored.version,
+                build_id=build.id,
+            )
+        )
+        session.commit()

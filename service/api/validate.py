@@ -50,8 +50,7 @@ def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted
     with request.app.state.sessions() as session:
         session.add(build)
         queue.create_jobs(session, build, settings)
-        session.flush()
-        queue.refresh_build(session, build.id)
+        queue.announce(session, build)
         session.commit()
         return BuildAccepted(build_id=build.id, url=f"/builds/{build.id}")
 

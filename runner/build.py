@@ -1,0 +1,220 @@
+"""Commit builds: a bare mirror per repository, fetch the commit, export its tree, build a wheel.
+
+The wheel is built by the repository's own build (``pip wheel --no-deps --no-build-isolation``)
+in a fresh environment whose build requirements come from the index or the wheelhouse; dlpack is
+supplied through ``FETCHCONTENT_SOURCE_DIR_DLPACK`` where the host has it, so no network is needed
+beyond the package index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import envs, sandbox
+from runner.wire import Stage, StageResult, Status
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+class BuildFailure(Exception):
+    def __init__(self, kind: str, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class Built:
+    wheel: Path
+    log: Path
+    duration_s: float
+
+
+def python_tag() -> str:
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def mirror_path(cache_dir: Path, repo_url: str) -> Path:
+    digest = hashlib.sha256(repo_url.encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", repo_url.rstrip("/").rsplit("/", 1)[-1]) or "repo"
+    return cache_dir / "mirrors" / f"{digest}-{name}"
+
+
+def _git(args: list[str], *, log: Path, timeout: float = 900, cwd: Path | None = None) -> bool:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    out = sandbox.run(["git", *args], timeout_s=timeout, log_path=log, env=env, cwd=cwd)
+    return out.ok
+
+
+def _has_commit(mirror: Path, sha: str) -> bool:
+    probe = subprocess.run(
+        ["git", "-C", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"],
+        capture_output=True,
+    )
+    return probe.returncode == 0
+
+
+def ensure_commit(repo_url: str, sha: str, cache_dir: Path, log: Path) -> Path:
+    """The mirror holding ``sha``, fetching it when missing. Raises ``BuildFailure``."""
+    if not _SHA.match(sha):
+        raise BuildFailure("unknown_commit", f"{sha!r} is not a 40-hex commit")
+    mirror = mirror_path(cache_dir, repo_url)
+    if not (mirror / "HEAD").exists():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mirror.with_name(mirror.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _git(["clone", "--mirror", "--quiet", repo_url, str(tmp)], log=log):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildFailure("fetch_failed", f"cannot clone {repo_url}", sandbox.tail(log))
+        tmp.rename(mirror)
+    if _has_commit(mirror, sha):
+        return mirror
+    fetched = _git(["-C", str(mirror), "fetch", "--quiet", "--prune", "origin"], log=log)
+    if not _has_commit(mirror, sha):  # not on any ref: ask for the commit itself
+        fetched = _git(["-C", str(mirror), "fetch", "--quiet", "origin", sha], log=log) or fetched
+    if _has_commit(mirror, sha):
+        return mirror
+    if not fetched:
+        raise BuildFailure("fetch_failed", f"cannot fetch from {repo_url}", sandbox.tail(log))
+    raise BuildFailure("unknown_commit", f"{repo_url} has no commit {sha}", sandbox.tail(log))
+
+
+def export_tree(mirror: Path, sha: str, dest: Path) -> Path:
+    """The commit's tree, without .git, in ``dest``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    archive = dest.parent / f"{sha}.tar"
+    with open(archive, "wb") as fh:
+        subprocess.run(
+            ["git", "-C", str(mirror), "archive", "--format=tar", sha], stdout=fh, check=True
+        )
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest
+
+
+def build_requirements(src: Path) -> list[str]:
+    pyproject = src / "pyproject.toml"
+    if not pyproject.is_file():
+        return ["setuptools", "wheel"]
+    data = tomllib.loads(pyproject.read_text())
+    reqs = data.get("build-system", {}).get("requires", ["setuptools", "wheel"])
+    return [str(r) for r in reqs]
+
+
+def build_wheel(
+    src: Path,
+    out_dir: Path,
+    *,
+    work: Path,
+    log: Path,
+    timeout_s: float,
+    index_url: str | None = None,
+    wheelhouse: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Build ``src`` with its own build backend; returns the wheel. Raises ``BuildFailure``."""
+    env = envs.create_env(work / "build-env")
+    reqs = build_requirements(src)
+    install = envs.pip_install_command(
+        env, reqs[0], constraints=None, index_url=index_url, wheelhouse=wheelhouse
+    )
+    install = install[:-1] + reqs
+    outcome = sandbox.run(install, timeout_s=timeout_s, log_path=log, cancel=cancel)
+    if not outcome.ok:
+        raise BuildFailure(
+            "build_failed",
+            f"installing build requirements failed ({outcome.describe()})",
+            outcome.log_tail,
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    child = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    dlpack = os.environ.get("FETCHCONTENT_SOURCE_DIR_DLPACK")
+    if dlpack:
+        child["FETCHCONTENT_SOURCE_DIR_DLPACK"] = dlpack
+    cmd = [
+        str(env.python),
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-w",
+        str(out_dir),
+        str(src),
+    ]
+    if not (env.root / "bin" / "pip").exists():  # the env has no pip of its own: use ours
+        cmd = [sys.executable, "-m", "pip", "--python", str(env.python), *cmd[3:]]
+    outcome = sandbox.run(cmd, timeout_s=timeout_s, log_path=log, env=child, cwd=src, cancel=cancel)
+    if outcome.status in ("timeout", "crashed", "cancelled"):
+        raise BuildFailure("build_failed", f"the build {outcome.describe()}", outcome.log_tail)
+    wheels = sorted(out_dir.glob("*.whl"))
+    if not outcome.ok or not wheels:
+        raise BuildFailure("build_failed", f"pip wheel {outcome.describe()}", outcome.log_tail)
+    return wheels[0]
+
+
+def run_build(
+    repo_url: str,
+    sha: str,
+    *,
+    cache_dir: Path,
+    work: Path,
+    timeout_s: float,
+    index_url: str | None = None,
+    wheelhouse: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> tuple[StageResult, Built | None]:
+    """The ``build`` stage: a result for the report, and the wheel when it worked."""
+    start = time.monotonic()
+    log = work / "logs" / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mirror = ensure_commit(repo_url, sha, cache_dir, log)
+        src = export_tree(mirror, sha, work / "src")
+        wheel = build_wheel(
+            src,
+            work / "dist",
+            work=work,
+            log=log,
+            timeout_s=timeout_s,
+            index_url=index_url,
+            wheelhouse=wheelhouse,
+            cancel=cancel,
+        )
+    except BuildFailure as exc:
+        result = StageResult(
+            name=Stage.build,
+            status=Status.fail if exc.kind == "build_failed" else Status.error,
+            reason=f"{exc.kind}: {exc.message}",
+            duration_s=time.monotonic() - start,
+            log_tail=exc.log_tail,
+        )
+        return result, None
+    duration = time.monotonic() - start
+    meta = envs.read_wheel_metadata(wheel)
+    result = StageResult(
+        name=Stage.build,
+        status=Status.pass_,
+        reason=f"built {wheel.name} from {sha[:12]} in {duration:.1f} s",
+        duration_s=duration,
+        version=meta.version,
+        log_tail=sandbox.tail(log, 2000),
+    )
+    return result, Built(wheel=wheel, log=log, duration_s=duration)

@@ -1,0 +1,83 @@
+"""Stages run in their own process group: hangs become ``timeout``, signals ``crashed``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from runner import sandbox
+
+
+def _script(tmp_path: Path, body: str) -> list[str]:
+    path = tmp_path / "child.py"
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    cmd = _script(
+        tmp_path,
+        f"""
+        import subprocess, sys, time
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pidfile)!r}, "w").write(str(p.pid))
+        print("hanging", flush=True)
+        time.sleep(600)
+        """,
+    )
+    out = sandbox.run(cmd, timeout_s=1.5, log_path=tmp_path / "log", grace_s=0.5)
+    assert out.status == "timeout"
+    assert "hanging" in out.log_tail
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild), "the stage's child outlived the timeout"
+
+
+def test_death_by_signal_is_crashed_with_the_log_tail(tmp_path: Path) -> None:
+    cmd = _script(
+        tmp_path,
+        """
+        import os, signal
+        print("about to die", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        """,
+    )
+    out = sandbox.run(cmd, timeout_s=30, log_path=tmp_path / "log")
+    assert out.status == "crashed" and out.signal == signal.SIGSEGV
+    assert "about to die" in out.log_tail
+    assert "SIGSEGV" in out.describe()
+
+
+def test_nonzero_exit_is_failed_and_zero_is_ok(tmp_path: Path) -> None:
+    bad = sandbox.run(
+        [sys.executable, "-c", "raise SystemExit(3)"], timeout_s=30, log_path=tmp_path / "a"
+    )
+    assert bad.status == "failed" and bad.returncode == 3
+    good = sandbox.run([sys.executable, "-c", "print('hi')"], timeout_s=30, log_path=tmp_path / "b")
+    assert good.ok and "hi" in good.log_tail
+
+
+def test_cancel_stops_a_running_stage(tmp_path: Path) -> None:
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
+    start = time.monotonic()
+    out = sandbox.run(cmd, timeout_s=600, log_path=tmp_path / "log", cancel=cancel, grace_s=0.5)
+    assert out.status == "cancelled"
+    assert time.monotonic() - start < 30

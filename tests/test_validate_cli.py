@@ -1,0 +1,121 @@
+"""``fe-ci validate`` end to end on real registry wheels: progress, report, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.wheels import candidate_env, registry_wheel
+
+
+def fe_ci(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
+    env.update(
+        {"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": "", "FE_CI_CACHE_DIR": str(cwd / "cache")}
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_validate_installs_probes_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = fe_ci(
+        "validate",
+        str(registry_wheel("1.32.0")),
+        "--json",
+        str(out),
+        "--stages",
+        "probe",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # incomplete: no GPU subject ran
+    # progress on stderr as the stages run, a readable report on stdout
+    assert "install" in proc.stderr and "probe" in proc.stderr
+    assert "verdict: incomplete" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["version"] == "1.32.0" and report["verdict"] == "incomplete"
+    stages = {s["name"]: s for s in report["jobs"][0]["stages"]}
+    assert stages["install"]["status"] == "pass"
+    assert stages["probe"]["status"] == "pass"
+    assert stages["determinism"]["status"] == "skipped"
+    assert "not selected" in stages["determinism"]["reason"]
+    caps = report["capabilities"]
+    assert (
+        caps["grouped_gemm_dsrelu"]["present"] is True
+        and caps["grouped_gemm_dsrelu"]["default"] == "None"
+    )
+    assert caps["sdpa_bwd"]["method"] == "docstring"
+    assert report["jobs"][0]["environment"]["torch"].startswith("2.13.0")
+
+
+def test_a_relabelled_wheel_fails_on_the_ledger(tmp_path: Path) -> None:
+    from tests.relabel import relabel_wheel
+
+    liar = relabel_wheel(registry_wheel("1.27.0"), "1.28.0", tmp_path / "w")
+    out = tmp_path / "r.json"
+    proc = fe_ci("validate", str(liar), "--json", str(out), "--stages", "probe", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    kinds = {(f["kind"], f["severity"]) for f in report["findings"]}
+    assert ("version_feature_mismatch", "error") in kinds
+    assert report["verdict"] == "fail"
+
+
+def test_previous_report_turns_a_lost_knob_into_a_regression(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.json"
+    env132 = candidate_env("1.32.0")
+    proc = fe_ci(
+        "validate",
+        "--preinstalled",
+        "--python",
+        str(env132.python),
+        "--stages",
+        "probe",
+        "--json",
+        str(newer),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert json.loads(newer.read_text())["jobs"][0]["stages"][0]["status"] == "not_applicable"
+    env127 = candidate_env("1.27.0")
+    out = tmp_path / "older.json"
+    proc = fe_ci(
+        "validate",
+        "--preinstalled",
+        "--python",
+        str(env127.python),
+        "--stages",
+        "probe",
+        "--previous",
+        str(newer),
+        "--json",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    findings = json.loads(out.read_text())["findings"]
+    lost = {f["subject"] for f in findings if f["kind"] == "feature_regression"}
+    assert {"grouped_gemm_dsrelu", "flex_attention_bwd"} <= lost
+
+
+def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
+    junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
+    junk.write_bytes(b"not a zip")
+    proc = fe_ci("validate", str(junk), cwd=tmp_path)
+    assert proc.returncode == 2 and "not a readable wheel" in proc.stderr
+    proc = fe_ci("validate", str(tmp_path / "missing.whl"), cwd=tmp_path)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = fe_ci("validate", str(junk), "--stages", "probe,warp", cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown stage 'warp'" in proc.stderr
+    proc = fe_ci("validate", cwd=tmp_path)
+    assert proc.returncode == 2 and "--preinstalled" in proc.stderr
