@@ -69,7 +69,9 @@ def test_lease_lifecycle_and_a_finished_job_refuses_more(service: Service) -> No
     # the wheel comes back byte for byte to the lease holder only
     got = runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": token})
     assert got.status_code == 200 and got.content == registry_wheel("1.32.0").read_bytes()
-    assert runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": "nope"}).status_code == 409
+    assert (
+        runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": "nope"}).status_code == 409
+    )
     hb = runner.post(f"/api/jobs/{job}/heartbeat", json={"lease_token": token}).json()
     assert hb["cancelled"] is False and hb["lease_expires_at"] >= lease["lease_expires_at"]
     assert runner.post(f"/api/jobs/{job}/stages", json=stage_body(token)).status_code == 201
@@ -96,20 +98,30 @@ def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service) -> 
     build_id = submit_wheel(svc)
     a, b = register(svc, "a"), register(svc, "b")
     first = a.post("/api/jobs/claim", json={}).json()
-    assert a.post(f"/api/jobs/{first['job_id']}/stages", json=stage_body(first["lease_token"])).status_code == 201
+    assert (
+        a.post(
+            f"/api/jobs/{first['job_id']}/stages", json=stage_body(first["lease_token"])
+        ).status_code
+        == 201
+    )
     assert b.post("/api/jobs/claim", json={}).status_code == 204  # still leased to a
     time.sleep(3.0)  # a stops heartbeating; its lease runs out
     second = b.post("/api/jobs/claim", json={"wait_s": 2}).json()
     assert second["job_id"] == first["job_id"] and second["attempt"] == 2
     # the abandoned attempt's results are gone: the build will end with one set
     assert report(svc, build_id)["jobs"][0]["stages"] == []
-    late = a.post(f"/api/jobs/{first['job_id']}/stages", json=stage_body(first["lease_token"], "refusal"))
+    late = a.post(
+        f"/api/jobs/{first['job_id']}/stages", json=stage_body(first["lease_token"], "refusal")
+    )
     assert late.status_code == 409
     late = a.post(f"/api/jobs/{first['job_id']}/finish", json={"lease_token": first["lease_token"]})
     assert late.status_code == 409
     token = second["lease_token"]
     assert b.post(f"/api/jobs/{second['job_id']}/stages", json=stage_body(token)).status_code == 201
-    assert b.post(f"/api/jobs/{second['job_id']}/finish", json={"lease_token": token}).status_code == 200
+    assert (
+        b.post(f"/api/jobs/{second['job_id']}/finish", json={"lease_token": token}).status_code
+        == 200
+    )
     r = report(svc, build_id)
     assert r["jobs"][0]["attempt"] == 2 and r["jobs"][0]["runner"] == "b"
     assert [s["name"] for s in r["jobs"][0]["stages"]] == ["probe"]
@@ -132,7 +144,9 @@ def test_third_expiry_ends_the_job_in_error(make_service) -> None:  # type: igno
 
 
 def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -> None:  # type: ignore[no-untyped-def]
-    svc = make_service(FE_CI_GPU_ARCHS="sm_90", FE_CI_GPU_WAIT_HOURS="0.0005", FE_CI_SWEEP_INTERVAL_S="0.3")
+    svc = make_service(
+        FE_CI_GPU_ARCHS="sm_90", FE_CI_GPU_WAIT_HOURS="0.0005", FE_CI_SWEEP_INTERVAL_S="0.3"
+    )
     build_id = submit_wheel(svc)
     r = report(svc, build_id)
     gpu = [j for j in r["jobs"] if j["kind"] == "gpu"]
@@ -147,7 +161,7 @@ def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -
     cpu.post(f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": lease["lease_token"]})
     time.sleep(2.5)  # past FE_CI_GPU_WAIT_HOURS
     r = report(svc, build_id)
-    gpu = [j for j in r["jobs"] if j["kind"] == "gpu"][0]
+    gpu = next(j for j in r["jobs"] if j["kind"] == "gpu")
     assert gpu["status"] == "finished" and gpu["reason"] == "skipped: no sm_90 runner"
     assert r["verdict"] == "incomplete"
 
@@ -162,7 +176,10 @@ def test_auto_covers_the_families_of_live_runners(make_service) -> None:  # type
 
 def test_racing_runners_never_share_a_job(service: Service) -> None:
     with service.http() as http:
-        ids = [http.post("/validate", json={"commit": f"{i:040x}"}).json()["build_id"] for i in range(24)]
+        ids = [
+            http.post("/validate", json={"commit": f"{i:040x}"}).json()["build_id"]
+            for i in range(24)
+        ]
     runners = [register(service, f"b{i}", builder="1") for i in range(6)]
 
     def drain(client: httpx.Client) -> list[int]:
@@ -185,7 +202,9 @@ def test_cancel_stops_queued_jobs_and_tells_the_lease_holder(service: Service) -
     assert httpx.post(f"{service.url}/api/builds/{build_id}/cancel").status_code == 401
     resp = service.http().post(f"/api/builds/{build_id}/cancel")
     assert resp.status_code == 200 and resp.json()["verdict"] == "cancelled"
-    hb = runner.post(f"/api/jobs/{lease['job_id']}/heartbeat", json={"lease_token": lease["lease_token"]})
+    hb = runner.post(
+        f"/api/jobs/{lease['job_id']}/heartbeat", json={"lease_token": lease["lease_token"]}
+    )
     assert hb.json()["cancelled"] is True
 
 
