@@ -233,6 +233,7 @@ class Agent:
             family=lease.family if lease.kind == "gpu" else None,
             gpu=self.labels.get("gpu"),
             report_unselected=False,
+            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
         )
         pipe = pipeline.Pipeline(opts)
         poster = _Poster(self, lease, pipe)

@@ -330,6 +330,7 @@ def validate(
         family=family,
         gpu=gpu.get("gpu"),
         previous=prev,
+        compile_cache_dir=Path(s.cache_dir) / "compile-cache",
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
     typer.echo(

@@ -73,6 +73,7 @@ class Options:
     gpu: str | None = None
     start_configs: dict[str, str] = field(default_factory=dict)
     previous: dict[str, Capability] | None = None
+    compile_cache_dir: Path | None = None  # persistent across builds; keyed inside per build
     skip_reason: str = "not selected by --stages"
     report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
 
@@ -157,9 +158,14 @@ class Pipeline:
         out_path = work / f"{stage}.result.json"
         params_path.write_text(json.dumps(params, default=str))
         out_path.unlink(missing_ok=True)
+        home = work / "home"  # HOME and TMPDIR of the candidate: its own, writable by it
+        for path in (work, home):
+            path.mkdir(parents=True, exist_ok=True)
+            sandbox.hand_over(path)
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(self._src)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.update(
+            PYTHONPATH=str(self._src), PYTHONDONTWRITEBYTECODE="1", HOME=str(home), TMPDIR=str(home)
+        )
         if stage == Stage.probe:
             env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
         cmd = [str(self.python), "-m", _INSIDE_STAGES[stage], "--in", str(params_path)]
@@ -248,6 +254,13 @@ class Pipeline:
             result.findings += compare.regressions(self.opts.previous, result.capabilities)
         return result
 
+    @property
+    def compile_cache(self) -> Path:
+        path = self.opts.compile_cache_dir or (self.opts.work_dir / "compile-cache")
+        path.mkdir(parents=True, exist_ok=True)
+        sandbox.hand_over(path)
+        return path
+
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
         params = {
@@ -259,7 +272,7 @@ class Pipeline:
             "control_share": o.control_share,
             "start_configs": o.start_configs,
             "negative_control": o.negative_control,
-            "compile_cache_dir": str(o.work_dir.parent / "compile-cache"),
+            "compile_cache_dir": str(self.compile_cache),
         }
         result = self.run_inside(Stage.determinism, params)
         doc = self._extra.get(Stage.determinism, {})

@@ -81,3 +81,33 @@ def test_cancel_stops_a_running_stage(tmp_path: Path) -> None:
     out = sandbox.run(cmd, timeout_s=600, log_path=tmp_path / "log", cancel=cancel, grace_s=0.5)
     assert out.status == "cancelled"
     assert time.monotonic() - start < 30
+
+
+def test_isolated_candidate_cannot_reach_loopback_and_runs_unprivileged(tmp_path: Path) -> None:
+    """Runs for real wherever the runner is root (CI is): netns and the uid drop both apply."""
+    import socket
+
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("network namespaces and the uid drop need root; CI runs as root")
+    assert sandbox.isolation() == "netns,uid"
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    probe = (
+        "import os, socket\n"
+        f"s = socket.socket(); s.settimeout(3)\n"
+        f"try:\n    s.connect(('127.0.0.1', {port})); print('connected')\n"
+        "except OSError as e:\n    print('refused', type(e).__name__)\n"
+        "print('uid', os.getuid())\n"
+    )
+    cmd = [sys.executable, "-c", probe]
+    loose = sandbox.run(cmd, timeout_s=30, log_path=tmp_path / "loose.log")
+    assert "connected" in loose.log_tail and "uid 0" in loose.log_tail  # the control
+    boxed = sandbox.run(cmd, timeout_s=30, log_path=tmp_path / "boxed.log", isolate=True)
+    assert boxed.ok, boxed.log_tail
+    assert "refused" in boxed.log_tail and "connected" not in boxed.log_tail
+    assert f"uid {sandbox.UNPRIVILEGED_UID}" in boxed.log_tail
+    server.close()

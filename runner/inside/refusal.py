@@ -1,0 +1,502 @@
+"""The refusal stage: drive the reference consumer through every row of the consumer's contract.
+
+``python -m runner.inside.refusal --in PARAMS.json --out RESULT.json`` in the candidate's
+environment. Params (all optional): ``family`` (the GPU family of this job, e.g. ``"sm_100"``).
+The probe's capabilities the runner passes along are not used: the suite feature-detects the
+wrappers itself, as the contract asks of every consumer.
+
+Rows: activation x request x scale bias x FC1 bias x unit scale (80). ``expected`` comes from the
+contract and what this build's wrappers offer; ``observed`` from running the consumer, with the
+wrapper's call intercepted (the grouped-GEMM kernels need an sm_100 GPU), so the decision and the
+exact keyword arguments are seen. The torch flag is set with ``warn_only=True`` and, with the
+environment variable, restored after every row.
+
+Where TransformerEngine is importable, its grouped-MLP gate is asked the same rows and each row
+where it departs from the contract becomes a ``consumer_gap`` finding.
+
+On an sm_100 GPU the ``deterministic`` rows belong to the determinism harness: ``run`` takes it as
+its ``determinism`` argument. The module's entry point passes none, and on an sm_100 job says so in
+a ``skipped`` check, so such a job cannot read as covered.
+
+Output (``runner.wire.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
+``<subject>.refusal`` per activation, ``refusal.state_restored``, ``refusal.te_gate``, and
+``refusal.determinism_harness`` on sm_100), ``findings`` (``consumer_gap``), ``refusal`` (rows:
+the ``RefusalRow`` fields plus ``state``, the request as the row saw it, and ``te`` where
+TransformerEngine was asked); and ``knobs``: per subject what the consumer detected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import itertools
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from runner.inside import consumer
+from runner.inside._io import run_stage
+
+ACTIVATIONS: tuple[str, ...] = ("srelu", "swiglu")
+SUBJECT_OF: dict[str, str] = {"srelu": "grouped_gemm_dsrelu", "swiglu": "grouped_gemm_dglu"}
+# request -> (value of the variable, or None for unset; torch deterministic flag)
+REQUESTS: dict[str, tuple[str | None, bool]] = {
+    "none": (None, False),
+    "env": ("0", False),
+    "torch_flag": (None, True),
+    "both": ("0", True),
+    "env_allow+torch_flag": ("1", True),
+}
+
+# On an sm_100 GPU, runs a ``deterministic`` row's step for real under the row's request and
+# returns {"status": "pass" | "fail" | "inconclusive", "detail": str}. Supplied by the
+# determinism harness; None decides those rows by interception alone.
+DeterminismHarness = Callable[[consumer.StepConfig], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Row:
+    activation: str
+    request: str
+    scale_bias: bool
+    fc1_bias: bool
+    unit_scale: bool
+
+    @property
+    def requested(self) -> bool:
+        env, flag = REQUESTS[self.request]
+        return env == "0" or flag
+
+    @property
+    def step(self) -> consumer.StepConfig:
+        return consumer.StepConfig(
+            activation=self.activation,
+            fc1_bias=self.fc1_bias,
+            scale_bias=self.scale_bias,
+            unit_scale=self.unit_scale,
+        )
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> Row:
+        return cls(*(record[k] for k in cls.__dataclass_fields__))
+
+    def describe(self) -> str:
+        shown = ", ".join(
+            f"{k}={'on' if getattr(self, k) else 'off'}"
+            for k in ("scale_bias", "fc1_bias", "unit_scale")
+        )
+        return f"{self.activation}, request={self.request}, {shown}"
+
+
+def all_rows(activations: tuple[str, ...] = ACTIVATIONS) -> list[Row]:
+    flags = (False, True)
+    return [
+        Row(a, r, sb, fb, us)
+        for a, r, sb, fb, us in itertools.product(activations, REQUESTS, flags, flags, flags)
+    ]
+
+
+def expected_outcome(row: Row, support: consumer.KnobSupport) -> str:
+    """The contract, stated on its own: what a correct consumer does with this row on this build."""
+    if not row.requested or row.unit_scale:
+        return "default"
+    if not support.present:
+        return "refuse"
+    if row.fc1_bias and support.covers_dbias != "covered":
+        return "refuse"
+    if row.scale_bias:
+        return "refuse"
+    return "deterministic"
+
+
+# ---------------------------------------------------------------- process state of one row
+
+
+def _torch_state() -> dict[str, Any]:
+    return {
+        "env": os.environ.get(consumer.ENV_VAR),
+        "torch_deterministic": torch.are_deterministic_algorithms_enabled(),
+        "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+    }
+
+
+def _restore(state: Mapping[str, Any]) -> None:
+    if state["env"] is None:
+        os.environ.pop(consumer.ENV_VAR, None)
+    else:
+        os.environ[consumer.ENV_VAR] = state["env"]
+    torch.use_deterministic_algorithms(state["torch_deterministic"], warn_only=state["warn_only"])
+
+
+@contextlib.contextmanager
+def request_state(request: str) -> Iterator[dict[str, Any]]:
+    """Set the variable and the torch flag (warn_only, so torch's own checks cannot raise first)."""
+    env, flag = REQUESTS[request]
+    saved = _torch_state()
+    try:
+        if env is None:
+            os.environ.pop(consumer.ENV_VAR, None)
+        else:
+            os.environ[consumer.ENV_VAR] = env
+        if flag:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        else:
+            torch.use_deterministic_algorithms(False)
+        yield _torch_state()
+    finally:
+        _restore(saved)
+
+
+# ---------------------------------------------------------------- interception of the wrapper
+
+
+@contextlib.contextmanager
+def intercepted(activation: str) -> Iterator[list[dict[str, Any]]]:
+    """Replace the wrapper on the ``cudnn`` package by a recorder that keeps its signature and docs.
+
+    ``functools.wraps`` copies ``__doc__`` and sets ``__wrapped__``, which ``inspect.signature``
+    follows, so the consumer's feature detection reads the real wrapper.
+    """
+    import cudnn
+
+    name = consumer.WRAPPERS[activation].name
+    real = getattr(cudnn, name)
+    calls: list[dict[str, Any]] = []
+
+    @functools.wraps(real)
+    def recorder(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append({"positional": len(args), "kwargs": dict(kwargs)})
+        return _placeholder_outputs(kwargs)
+
+    setattr(cudnn, name, recorder)
+    try:
+        yield calls
+    finally:
+        setattr(cudnn, name, real)
+
+
+_TOKENS, _EXPERTS, _HIDDEN, _N = 8, 2, 16, 32
+
+
+def placeholder_inputs(activation: str) -> dict[str, Any]:
+    """Small CPU tensors in the wrapper's argument layout; the kernel never sees them."""
+    n_c = 2 * _N if activation == "swiglu" else _N
+    token_expert = torch.arange(_TOKENS) * _EXPERTS // _TOKENS
+    inputs: dict[str, Any] = {
+        "a_tensor": torch.randn(_TOKENS, _HIDDEN, 1),
+        "b_tensor": torch.randn(_N, _HIDDEN, _EXPERTS),
+        "c_tensor": torch.randn(_TOKENS, n_c, 1),
+        "sfa_tensor": None,
+        "sfb_tensor": None,
+        "padded_offsets": torch.bincount(token_expert, minlength=_EXPERTS).cumsum(0),
+        "alpha_tensor": torch.ones(_EXPERTS),
+        "prob_tensor": torch.rand(_TOKENS, 1, 1),
+        "grad_output": torch.randn(_TOKENS, _HIDDEN),
+        "scale_bias": torch.randn(_EXPERTS, _HIDDEN),
+        "token_expert": token_expert,
+    }
+    if activation == "swiglu":
+        inputs["beta_tensor"] = torch.zeros(_EXPERTS)
+    return inputs
+
+
+def _placeholder_outputs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    c = kwargs.get("c_tensor")
+    rows = c.shape[0] if isinstance(c, torch.Tensor) else _TOKENS
+    return {
+        "d_row_tensor": torch.zeros(rows, _N, 1),
+        "dprob_tensor": kwargs.get("dprob_tensor"),
+        "dbias_tensor": torch.zeros(_EXPERTS, _N, 1) if kwargs.get("generate_dbias") else None,
+    }
+
+
+def _summarize(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{tuple(value.shape)}:{str(value.dtype).removeprefix('torch.')}"
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+# ---------------------------------------------------------------- one row
+
+
+def observe(row: Row) -> dict[str, Any]:
+    """Run the consumer for one row; classify what it did and keep the exact keyword arguments."""
+    inputs = placeholder_inputs(row.activation)
+    calls: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+    try:
+        with request_state(row.request) as state, intercepted(row.activation) as calls:
+            consumer.backward_step(row.step, inputs)
+    except RuntimeError as exc:
+        # Only the consumer's own refusal counts: raised before the wrapper, and not a subclass
+        # such as NotImplementedError.
+        if type(exc) is RuntimeError and not calls:
+            return {"observed": "refuse", "detail": str(exc), "kwargs": {}, "state": state}
+        return _error(exc, calls, state)
+    except Exception as exc:
+        return _error(exc, calls, state)
+    if len(calls) != 1:
+        return {
+            "observed": "error",
+            "detail": f"the wrapper was called {len(calls)} times, not once",
+            "kwargs": {},
+            "state": state,
+        }
+    call = calls[0]
+    kwargs = {k: _summarize(v) for k, v in call["kwargs"].items()}
+    if call["positional"]:
+        kwargs["__positional__"] = call["positional"]
+    if consumer.KNOB not in call["kwargs"]:
+        observed, detail = "default", "called without the knob"
+    elif call["kwargs"][consumer.KNOB] is True:
+        observed, detail = "deterministic", "called with deterministic=True"
+    elif call["kwargs"][consumer.KNOB] is False:
+        observed, detail = "passed_false", "called with deterministic=False"
+    else:
+        observed = "error"
+        detail = f"called with deterministic={call['kwargs'][consumer.KNOB]!r}"
+    return {"observed": observed, "detail": detail, "kwargs": kwargs, "state": state}
+
+
+def _error(exc: BaseException, calls: list[Any], state: dict[str, Any]) -> dict[str, Any]:
+    where = "after" if calls else "before"
+    return {
+        "observed": "error",
+        "detail": f"{type(exc).__name__} {where} the wrapper call: {exc}",
+        "kwargs": {},
+        "state": state,
+    }
+
+
+# ---------------------------------------------------------------- TransformerEngine's gate
+
+
+@dataclass(frozen=True)
+class TEGate:
+    """TransformerEngine's own predicates, composed the way its fused grouped MLP's backward is.
+
+    The request is TE's reader of the two knobs; the capability is each activation class's
+    feature detection. TE refuses a requested, non-unit-scale step whose kernel has no
+    deterministic mode or that carries a scale bias, and passes the knob otherwise.
+    """
+
+    requested: Callable[[], Any]
+    capable: Mapping[str, Callable[[], Any]]
+
+    def decide(self, row: Row) -> str:
+        if row.unit_scale or not self.requested():
+            return "default"
+        if row.scale_bias or not self.capable[row.activation]():
+            return "refuse"
+        return "deterministic"
+
+
+_TE_MODULE = "transformer_engine.pytorch.ops.fused.grouped_mlp"
+_TE_CLASSES = {"srelu": "GroupedMLP_CuTeGEMMUnary", "swiglu": "GroupedMLP_CuTeGEMMGLU"}
+
+
+def load_te_gate() -> tuple[TEGate | None, str]:
+    """TE's gate where TransformerEngine imports here, else None and why not."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return None, "TransformerEngine is not installed in this environment"
+    try:
+        module = importlib.import_module(_TE_MODULE)
+    except Exception as exc:  # TE's extension may be missing or built for another torch
+        return None, f"{_TE_MODULE} does not import: {type(exc).__name__}: {exc}"
+    requested = getattr(module, "_deterministic_algorithms_required", None)
+    capable = {}
+    for activation, cls_name in _TE_CLASSES.items():
+        cls = getattr(module, cls_name, None)
+        probe = getattr(cls, "grouped_gemm_dactivation_is_deterministic", None)
+        if probe is None:
+            return None, f"{_TE_MODULE}.{cls_name} has no determinism gate"
+        capable[activation] = probe
+    if requested is None:
+        return None, f"{_TE_MODULE} has no _deterministic_algorithms_required"
+    return TEGate(requested=requested, capable=capable), "TransformerEngine gate loaded"
+
+
+def te_decision(gate: TEGate, row: Row) -> str:
+    try:
+        with request_state(row.request):
+            return gate.decide(row)
+    except Exception as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+
+
+def consumer_gaps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``consumer_gap`` warning per row where TE's decision departs from the contract's."""
+    findings = []
+    for r in rows:
+        te = r.get("te")
+        if te is None or te == r["expected"]:
+            continue
+        row = Row.of(r)
+        if r["expected"] == "deterministic":
+            what = "this build offers the knob but TransformerEngine's gate"
+        else:
+            what = f"the contract says {r['expected']!r} but TransformerEngine's gate"
+        findings.append(
+            {
+                "kind": "consumer_gap",
+                "severity": "warning",
+                "subject": SUBJECT_OF[row.activation],
+                "message": f"{row.describe()}: {what} decides {te!r}",
+            }
+        )
+    return findings
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -> dict[str, Any]:
+    """The refusal stage; ``determinism`` is the hook for the sm_100 harness (see module doc)."""
+    supports = {a: consumer.knob_support(a) for a in ACTIVATIONS}
+    runnable = tuple(a for a in ACTIVATIONS if supports[a].importable)
+    checks: list[dict[str, Any]] = []
+    for a in ACTIVATIONS:
+        if a not in runnable:
+            checks.append(
+                {
+                    "name": f"{SUBJECT_OF[a]}.refusal",
+                    "status": "not_applicable",
+                    "detail": f"{consumer.WRAPPERS[a].name} is not in this build: "
+                    f"{supports[a].error}",
+                }
+            )
+    te_gate, te_reason = load_te_gate()
+    baseline = _torch_state()
+    rows: list[dict[str, Any]] = []
+    leaks: list[str] = []
+    for row in all_rows(runnable):
+        seen = observe(row)
+        expected = expected_outcome(row, supports[row.activation])
+        status = "pass" if seen["observed"] == expected else "fail"
+        detail = seen["detail"]
+        if determinism is not None and seen["observed"] == "deterministic":
+            with request_state(row.request):
+                verdict = determinism(row.step)
+            if status == "pass":
+                status = str(verdict["status"])
+            detail = f"{detail}; determinism: {verdict.get('detail', '')}"
+        record: dict[str, Any] = {
+            **asdict(row),
+            "expected": expected,
+            "observed": seen["observed"],
+            "status": status,
+            "detail": detail,
+            "kwargs": seen["kwargs"],
+            "call_kwargs": seen["kwargs"],  # the report's name for it
+            "state": seen["state"],
+        }
+        if te_gate is not None:
+            record["te"] = te_decision(te_gate, row)
+        rows.append(record)
+        if _torch_state() != baseline:
+            leaks.append(row.describe())
+            _restore(baseline)
+
+    for a in runnable:
+        checks.append(_activation_check(a, [r for r in rows if r["activation"] == a]))
+    checks.append(
+        {
+            "name": "refusal.state_restored",
+            "status": "fail" if leaks else "pass",
+            "detail": f"state leaked after: {leaks[:3]}"
+            if leaks
+            else (f"{consumer.ENV_VAR} and the torch flag restored after every row"),
+        }
+    )
+    checks.append(
+        {
+            "name": "refusal.te_gate",
+            "status": "pass" if te_gate is not None else "not_applicable",
+            "detail": te_reason,
+        }
+    )
+    reason_extra = ""
+    if params.get("family") == "sm_100" and determinism is None:
+        checks.append(
+            {
+                "name": "refusal.determinism_harness",
+                "status": "skipped",
+                "detail": "the deterministic rows were decided by interception; the "
+                "determinism harness is not connected to this stage",
+            }
+        )
+        reason_extra = "; deterministic rows not run through the determinism harness"
+    findings = consumer_gaps(rows)
+    return _result(rows, checks, findings, supports, runnable, reason_extra)
+
+
+def _activation_check(activation: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    wrong = [r for r in rows if r["status"] != "pass"]
+    detail = f"{len(rows) - len(wrong)} of {len(rows)} rows as the contract expects"
+    if wrong:
+        shown = [
+            f"{Row.of(r).describe()}: expected {r['expected']}, observed {r['observed']}"
+            for r in wrong[:5]
+        ]
+        detail += "; " + "; ".join(shown)
+    return {
+        "name": f"{SUBJECT_OF[activation]}.refusal",
+        "status": _worst(r["status"] for r in rows),
+        "detail": detail,
+        "metrics": {
+            "rows": len(rows),
+            "as_expected": len(rows) - len(wrong),
+            "expected": dict(Counter(r["expected"] for r in rows)),
+            "observed": dict(Counter(r["observed"] for r in rows)),
+            "passed_false": sum(r["observed"] == "passed_false" for r in rows),
+        },
+    }
+
+
+def _result(
+    rows: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+    findings: list[dict[str, Any]],
+    supports: Mapping[str, consumer.KnobSupport],
+    runnable: tuple[str, ...],
+    reason_extra: str,
+) -> dict[str, Any]:
+    knobs = {SUBJECT_OF[a]: asdict(s) for a, s in supports.items()}
+    if not runnable:
+        status, reason = (
+            "not_applicable",
+            "neither grouped-GEMM dactivation wrapper is in this build",
+        )
+    else:
+        status = _worst(c["status"] for c in checks)
+        off = sum(r["status"] != "pass" for r in rows)
+        failed = [c["name"] for c in checks if c["status"] in ("fail", "inconclusive")]
+        reason = f"{len(rows) - off} of {len(rows)} rows as the contract expects"
+        if failed:
+            reason += f"; not passed: {', '.join(failed)}"
+    return {
+        "status": status,
+        "reason": reason + reason_extra,
+        "checks": checks,
+        "findings": findings,
+        "refusal": rows,
+        "knobs": knobs,
+    }
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    """fail over inconclusive over pass; skipped and not_applicable checks do not count."""
+    seen = set(statuses)
+    return next((s for s in ("fail", "inconclusive") if s in seen), "pass")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_stage(run))
