@@ -12,6 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
@@ -300,13 +301,14 @@ def validate(
     s = RunnerSettings()
     if wheel is None and not preinstalled:
         raise fail("give a WHEEL, or --preinstalled to validate the importable candidate")
+    selected = _parse_stages(stages)
     version = None
     if wheel is not None:
         if not wheel.is_file():
             raise fail(f"no such file: {wheel}")
         try:
             meta = envs.read_wheel_metadata(wheel)
-        except (OSError, ValueError, StopIteration, KeyError) as exc:
+        except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
             raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
         version = meta.version
     prev = _load_previous(previous) if previous else None
@@ -314,7 +316,7 @@ def validate(
     family = gpu.get("arch")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
     opts = pipeline.Options(
-        stages=_parse_stages(stages),
+        stages=selected,
         work_dir=tmp,
         preinstalled=preinstalled,
         candidate_python=python,

@@ -162,6 +162,7 @@ class Pipeline:
         for path in (work, home):
             path.mkdir(parents=True, exist_ok=True)
             sandbox.hand_over(path)
+        sandbox.make_reachable(self.python)  # an environment outside the work dir, too
         env = dict(os.environ)
         env.update(
             PYTHONPATH=str(self._src), PYTHONDONTWRITEBYTECODE="1", HOME=str(home), TMPDIR=str(home)
@@ -321,7 +322,7 @@ class Pipeline:
         order: list[Stage] = [
             s for s in STAGE_ORDER if s in selected or (s == Stage.probe and needs_probe)
         ]
-        if Stage.install not in order and not o.preinstalled:
+        if Stage.install not in order:  # always: it installs, or says the candidate was there
             order.insert(0, Stage.install)
         pending: list[Stage] = list(order)
         while pending:

@@ -8,15 +8,19 @@ through ``cancel``, an Event the caller may set from another thread.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("fe_ci.sandbox")
 
 GRACE_S = 5.0
 TAIL_BYTES = 4000
@@ -187,3 +191,21 @@ def hand_over(path: Path) -> None:
         return
     path.mkdir(parents=True, exist_ok=True)
     os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    make_reachable(path)
+
+
+def make_reachable(path: Path) -> None:
+    """Grant search (``o+x``, never listing) on each ancestor of ``path`` that withholds it.
+
+    A job directory under a private parent (``/tmp/pytest-of-root`` is 0700, so is a root
+    home) would leave the unprivileged candidate unable to reach its own environment, and it
+    would fail with a misleading ``No module named ...``.
+    """
+    if not drops_privileges():
+        return
+    for parent in Path(os.path.abspath(path)).parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(parent, stat.S_IMODE(mode) | stat.S_IXOTH)
+            log.info("granted search permission on %s so the sandboxed candidate can reach %s",
+                     parent, path)  # fmt: skip

@@ -8,8 +8,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -41,9 +42,31 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+# Any fixed 64-bit key: the session-level Postgres advisory lock that migrations hold.
+MIGRATION_LOCK = 0x6665_6369_6D69_6772
+
+
 def migrate(url: str) -> None:
-    """Bring the schema to the newest revision (idempotent)."""
-    command.upgrade(alembic_config(url), "head")
+    """Bring the schema to the newest revision (idempotent).
+
+    On Postgres several service processes may start at once: each waits for the advisory lock,
+    so one migrates and the others find the schema at head.
+    """
+    if not url.startswith("postgresql"):
+        command.upgrade(alembic_config(url), "head")
+        return
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as lock:
+            lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            lock.commit()  # hold the lock, not a transaction, while Alembic works
+            try:
+                command.upgrade(alembic_config(url), "head")
+            finally:
+                lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                lock.commit()
+    finally:
+        engine.dispose()
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -6,8 +6,9 @@ import hashlib
 import logging
 import secrets
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, case, delete, false, or_, select, true, update
+from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from runner.wire import JobKind, JobState, Stage, Verdict
@@ -107,12 +108,24 @@ def _clear_attempt(session: Session, job_id: int) -> None:
     session.execute(delete(StageRow).where(StageRow.job_id == job_id))
 
 
+def _row_locks(session: Session) -> bool:
+    """Postgres locks rows; SQLite has one writer at a time, so its writes never interleave."""
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _skip_locked(session: Session, stmt: Select[Any]) -> Select[Any]:
+    """Rows another transaction is changing are not ours to take: skip them where rows lock."""
+    return stmt.with_for_update(skip_locked=True) if _row_locks(session) else stmt
+
+
 def sweep(session: Session, now: datetime | None = None) -> int:
     """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
     now = now or utcnow()
     changed = 0
     expired = session.scalars(
-        select(Job).where(Job.state == JobState.leased, Job.lease_expires_at < now)
+        _skip_locked(
+            session, select(Job).where(Job.state == JobState.leased, Job.lease_expires_at < now)
+        )
     ).all()
     for job in expired:
         _clear_attempt(session, job.id)
@@ -131,8 +144,11 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         )
         changed += 1
     overdue = session.scalars(
-        select(Job).where(
-            Job.state == JobState.queued, Job.kind == JobKind.gpu, Job.wait_deadline < now
+        _skip_locked(
+            session,
+            select(Job).where(
+                Job.state == JobState.queued, Job.kind == JobKind.gpu, Job.wait_deadline < now
+            ),
         )
     ).all()
     for job in overdue:
@@ -142,7 +158,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         changed += 1
     if changed:
         session.flush()
-        for build_id in {j.build_id for j in (*expired, *overdue)}:
+        for build_id in sorted({j.build_id for j in (*expired, *overdue)}):  # one lock order
             refresh_build(session, build_id)
     return changed
 
@@ -163,8 +179,7 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
         .order_by(preference, Job.id)
         .limit(1)
     )
-    if session.get_bind().dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+    pick = _skip_locked(session, pick)
     token = secrets.token_urlsafe(24)
     job_id = session.execute(
         update(Job)
@@ -190,10 +205,18 @@ def refresh_build(session: Session, build_id: int) -> None:
     """Recompute and store the build's verdict (the grid reads the stored column)."""
     from service.report import build_report  # the report imports this module
 
-    build = session.get(Build, build_id)
+    session.flush()
+    if _row_locks(session):
+        # Two jobs of one build finishing at once: without the lock each transaction reads the
+        # other's job as still running and the build keeps `pending` for ever. Waiting for the
+        # build row serialises them; each statement after it reads what the other committed,
+        # so drop what this session loaded before the wait.
+        build = session.get(Build, build_id, with_for_update=True)
+        session.expire_all()
+    else:
+        build = session.get(Build, build_id)
     if build is None:
         return
-    session.flush()
     session.expire(build)
     previous = build.verdict
     report = build_report(session, build)

@@ -111,3 +111,21 @@ def test_isolated_candidate_cannot_reach_loopback_and_runs_unprivileged(tmp_path
     assert "refused" in boxed.log_tail and "connected" not in boxed.log_tail
     assert f"uid {sandbox.UNPRIVILEGED_UID}" in boxed.log_tail
     server.close()
+
+
+def test_handed_over_dir_is_reachable_under_a_private_parent(tmp_path: Path) -> None:
+    """A job directory under a 0700 parent (pytest's own tmp root is one): the candidate,
+    unprivileged, must still reach and write it, or every stage fails to import."""
+    if not sandbox.drops_privileges():
+        import pytest
+
+        pytest.skip("the uid drop needs root; CI runs as root")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    job = private / "jobs" / "job-1"
+    sandbox.hand_over(job)
+    cmd = [sys.executable, "-c", f"open({str(job / 'ok')!r}, 'w').write('written')"]
+    out = sandbox.run(cmd, timeout_s=30, log_path=tmp_path / "log", isolate=True)
+    assert out.ok, out.log_tail
+    assert (job / "ok").read_text() == "written"
+    assert private.stat().st_mode & 0o777 == 0o701  # search only: nothing listed

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from runner.wire import BuildReport, BuildsPage, JobState
 from service import notify, queue
@@ -26,7 +27,9 @@ def list_builds(
     branch: str | None = None,
     verdict: str | None = None,
 ) -> BuildsPage:
-    stmt = select(Build).order_by(Build.id.desc()).limit(limit + 1)
+    stmt = (
+        select(Build).options(selectinload(Build.jobs)).order_by(Build.id.desc()).limit(limit + 1)
+    )
     if cursor is not None:
         stmt = stmt.where(Build.id < cursor)
     if source:

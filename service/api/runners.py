@@ -144,14 +144,15 @@ def _leased_job(
     job = session.get(Job, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
-    if job.runner_id != runner.id:
-        if job.state == JobState.queued or job.runner_id is None:
-            raise StaleLease(f"job {job_id} is no longer leased to runner {runner.name}")
-        raise Forbidden(f"job {job_id} is not leased to runner {runner.name}")
-    if job.lease_token_hash is None or not secrets.compare_digest(
+    current = job.lease_token_hash is not None and secrets.compare_digest(
         job.lease_token_hash, queue.hash_token(token)
-    ):
+    )
+    if not current:
+        # An earlier attempt's token (its lease expired and the job moved on): the late post of
+        # a runner that was presumed dead.
         raise StaleLease(f"job {job_id}: stale lease token (attempt {job.attempt} is current)")
+    if job.runner_id != runner.id:
+        raise Forbidden(f"job {job_id} is not leased to runner {runner.name}")
     if job.state == JobState.cancelled and cancelled_ok:
         return job
     if job.state != JobState.leased:

@@ -1,23 +1,40 @@
-"""Server-rendered dashboard pages; they read the same data layer as the JSON API."""
+"""Server-rendered dashboard pages; they read the same data layer as the JSON API.
+
+``/`` the grid, ``/builds/{id}`` one build (and its JUnit XML), ``/trends``, ``/runners``, and the
+live status of a running build (``/builds/{id}/events`` as server-sent events,
+``/builds/{id}/live.json`` for a poll).
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import time
+from collections import Counter
+from dataclasses import dataclass
+from itertools import groupby, product
 from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
 
-from runner.wire import STAGE_ORDER
-from service.api.builds import get_build, list_builds
-from service.deps import SessionDep
+from runner.inside.registry import SUBJECTS
+from runner.wire import STAGE_ORDER, RefusalReport, Verdict
+from service.deps import SessionDep, SettingsDep
+from service.errors import NotFound
+from service.models import Build, Runner, utcnow
 from service.report import build_report
+from service.web import live, runners, trends
+from service.web.junit import junit_xml
+from service.web.queries import PAGE_SIZE, grid_page, load_jobs
+from service.web.templating import HERE, templates
 
-HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(include_in_schema=False)
+router.include_router(live.router)
+router.include_router(trends.router)
+router.include_router(runners.router)
+
+VERDICTS = [v.value for v in Verdict]
 
 
 def mount_static(app: FastAPI) -> None:
@@ -28,25 +45,135 @@ def mount_static(app: FastAPI) -> None:
 def read_grid(
     request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     cursor: Annotated[int | None, Query(ge=1)] = None,
-    source: Annotated[str | None, Query(pattern="^(wheel|commit)$")] = None,
+    source: Annotated[str | None, Query(pattern="^(wheel|commit)?$")] = None,
     branch: Annotated[str | None, Query(max_length=300)] = None,
-    verdict: Annotated[str | None, Query(max_length=16)] = None,
+    verdict: Annotated[str | None, Query(pattern=f"^({'|'.join(VERDICTS)})?$")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
 ) -> HTMLResponse:
-    """The grid of builds by stage."""
-    page = list_builds(
-        session, cursor=cursor, limit=50, source=source, branch=branch, verdict=verdict
+    """The grid of builds by stage and by subject, newest first."""
+    started = time.perf_counter()
+    now = utcnow()
+    page = grid_page(
+        session,
+        settings,
+        now,
+        cursor=cursor,
+        source=source,
+        branch=branch,
+        verdict=verdict,
+        limit=limit,
     )
-    rows = [build_report(session, get_build(session, item.id)) for item in page.items]
-    return templates.TemplateResponse(
+    filters = {
+        "source": source,
+        "branch": branch,
+        "verdict": verdict,
+        "limit": limit if limit != PAGE_SIZE else None,
+    }
+    response = templates.TemplateResponse(
         request,
         "grid.html",
-        {"page": page, "rows": rows, "stages": [s.value for s in STAGE_ORDER]},
+        {
+            "page": page,
+            "filters": filters,
+            "cursor": cursor,
+            "verdicts": VERDICTS,
+            "stages": [s.value for s in STAGE_ORDER],
+            "subjects": list(SUBJECTS),
+            "live": any(r.status in ("queued", "running") for r in page.rows),
+            "now": now,
+        },
     )
+    return _timed(response, started)
+
+
+REFUSAL_COLUMNS = list(product((False, True), repeat=3))  # scale bias, FC1 bias, unit scale
+
+
+@dataclass
+class RefusalMatrix:
+    """One job's refusal rows as activation x request by scale bias x FC1 bias x unit scale."""
+
+    job_id: int | None
+    rows: list[RefusalReport]
+    lines: list[tuple[str, str, list[RefusalReport | None]]]
+
+    @property
+    def counts(self) -> list[tuple[str, int]]:
+        return sorted(Counter(r.status.value for r in self.rows).items())
+
+
+def _refusal_matrices(rows: list[RefusalReport]) -> list[RefusalMatrix]:
+    out = []
+    key = lambda r: r.job_id or 0  # noqa: E731
+    for job_id, group in groupby(sorted(rows, key=key), key):
+        found = list(group)
+        at = {(r.activation, r.request, r.scale_bias, r.fc1_bias, r.unit_scale): r for r in found}
+        pairs = list(dict.fromkeys((r.activation, r.request) for r in found))
+        lines = [
+            (a, q, [at.get((a, q, sb, fb, us)) for sb, fb, us in REFUSAL_COLUMNS]) for a, q in pairs
+        ]
+        out.append(RefusalMatrix(job_id or None, found, lines))
+    return out
 
 
 @router.get("/builds/{build_id}", response_class=HTMLResponse)
-def read_build_page(request: Request, session: SessionDep, build_id: int) -> HTMLResponse:
-    """One build: provenance, capabilities, findings, jobs and stages."""
-    report = build_report(session, get_build(session, build_id))
-    return templates.TemplateResponse(request, "build.html", {"b": report})
+def read_build_page(
+    request: Request, session: SessionDep, settings: SettingsDep, build_id: int
+) -> Response:
+    """One build: provenance, jobs, capabilities, findings, stages, drift, refusal, logs."""
+    started = time.perf_counter()
+    build = session.get(Build, build_id)
+    if build is None:
+        return _not_found(request, f"No build {build_id}.")
+    now = utcnow()
+    report = build_report(session, build)
+    views = {j.id: j for j in load_jobs(session, [build_id]).get(build_id, [])}
+    names = [j.runner for j in report.jobs if j.runner]
+    labels = {
+        r.name: r.labels for r in session.scalars(select(Runner).where(Runner.name.in_(names)))
+    }
+    snapshot = live.snapshot(session, settings, build_id, now)
+    response = templates.TemplateResponse(
+        request,
+        "build.html",
+        {
+            "b": report,
+            "build": build,
+            "jobs": views,
+            "labels": labels,
+            "snap": snapshot,
+            "refusal": _refusal_matrices(report.refusal),
+            "refusal_columns": REFUSAL_COLUMNS,
+            "subjects": SUBJECTS,
+            "now": now,
+        },
+    )
+    return _timed(response, started)
+
+
+def _timed(response: HTMLResponse, started: float) -> HTMLResponse:
+    """Queries and rendering time in a ``Server-Timing`` header (the benchmark reads it)."""
+    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+    return response
+
+
+@router.get("/builds/{build_id}/junit.xml")
+def read_build_junit(session: SessionDep, build_id: int) -> Response:
+    """The build's results as JUnit XML: one testcase per check."""
+    build = session.get(Build, build_id)
+    if build is None:
+        raise NotFound(f"no build {build_id}")
+    body = junit_xml(build_report(session, build))
+    headers = {"Content-Disposition": f'attachment; filename="fe-ci-build-{build_id}-junit.xml"'}
+    return Response(body, media_type="application/xml", headers=headers)
+
+
+def _not_found(request: Request, message: str) -> HTMLResponse:
+    """A page for a browser; the one error shape for any other client (scripts, curl)."""
+    if "text/html" not in request.headers.get("accept", ""):
+        raise NotFound(message)
+    return templates.TemplateResponse(
+        request, "not_found.html", {"message": message}, status_code=404
+    )

@@ -1,0 +1,631 @@
+"""The determinism and numerics stages: run each subject's backward repeatedly and compare bytes.
+
+``python -m runner.inside.determinism --in PARAMS.json --out RESULT.json``, in the candidate's
+environment (standard library, torch and the candidate only). For one subject:
+
+1. walk its configs from small to large (starting at the one remembered for this family) until the
+   control arm, knob off, varies in at least ``control_share`` of its comparisons with run 0;
+2. run the deterministic arm, knob on, on the same inputs until the luck probability
+   ``(1 - p_lo) ** m`` is below ``luck_target`` or ``max_repeats`` runs are spent, where ``p_lo``
+   is the control's one-sided 95% Clopper-Pearson lower bound (``stats``);
+3. ``pass`` = deterministic arm byte-exact and finite, control varied, luck target met;
+   ``inconclusive`` = exact but the control never varied or the run cap came first; ``fail`` =
+   the deterministic arm varied or any output was not finite;
+4. numerics: the deterministic arm's first run against a float32 reference, within the subject's
+   stated tolerances.
+
+Bytes are compared through ``t.contiguous().view(torch.uint8)`` with a SHA-256 digest per run, so
+-0.0 and +0.0 differ and a NaN can never read as "stable". Compiling happens in a warm-up before
+any timed run; compile and run seconds are reported apart. ``negative_control`` runs the
+deterministic arm with the knob off: its checks come out ``fail`` or ``inconclusive``, never
+``pass``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner.inside import stats
+from runner.inside.registry import SUBJECTS, family_of
+from runner.inside.subjects.base import (
+    COMPILE_ARCH,
+    Config,
+    Subject,
+    Workload,
+    configure_compile_cache,
+    knob_present,
+    synchronize,
+)
+
+# ---------------------------------------------------------------- comparing runs
+
+
+def digest(t: torch.Tensor) -> str:
+    """SHA-256 of the tensor's bytes in logical order (a uint8 view of a contiguous copy)."""
+    raw = t.detach().contiguous().view(torch.uint8).reshape(-1).cpu()
+    if raw.numel() == 0:
+        return hashlib.sha256(b"").hexdigest()
+    buf = (ctypes.c_ubyte * raw.numel()).from_address(raw.data_ptr())
+    return hashlib.sha256(memoryview(buf)).hexdigest()
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| over positions where both are finite (NaN/inf are reported apart)."""
+    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    both = torch.isfinite(a64) & torch.isfinite(b64)
+    if not bool(both.any()):
+        return 0.0
+    return float((a64 - b64).abs()[both].max())
+
+
+@dataclass
+class OutputDrift:
+    digests: list[str] = field(default_factory=list)
+    differing: int = 0
+    max_abs_diff: float = 0.0
+    finite: bool = True
+    first_nonfinite_run: int | None = None
+
+
+@dataclass
+class Arm:
+    """The runs of one arm on one workload: digests per output, and what differed from run 0."""
+
+    name: str
+    knob: bool
+    outputs: dict[str, OutputDrift] = field(default_factory=dict)
+    first: dict[str, torch.Tensor] = field(default_factory=dict)
+    runs: int = 0
+    varying_runs: int = 0  # runs (after run 0) in which any output differed from run 0
+    run_s: float = 0.0
+    stopped_by: str | None = None
+    luck_probability: float | None = None
+
+    @property
+    def comparisons(self) -> int:
+        return max(self.runs - 1, 0)
+
+    @property
+    def finite(self) -> bool:
+        return all(o.finite for o in self.outputs.values())
+
+    @property
+    def share(self) -> float:
+        return self.varying_runs / self.comparisons if self.comparisons else 0.0
+
+    def add(self, outs: Mapping[str, torch.Tensor]) -> None:
+        varied = False
+        for name, t in outs.items():
+            drift = self.outputs.setdefault(name, OutputDrift())
+            drift.digests.append(digest(t))
+            if not bool(torch.isfinite(t).all()):
+                if drift.finite:
+                    drift.first_nonfinite_run = self.runs
+                drift.finite = False
+            if self.runs == 0:
+                self.first[name] = t.detach().clone()
+            elif drift.digests[-1] != drift.digests[0]:
+                drift.differing += 1
+                drift.max_abs_diff = max(drift.max_abs_diff, _max_abs_diff(t, self.first[name]))
+                varied = True
+        self.varying_runs += int(varied)
+        self.runs += 1
+
+    def run_once(self, workload: Workload, device: torch.device) -> None:
+        synchronize(device)
+        start = time.perf_counter()
+        outs = workload.run(self.knob)
+        synchronize(device)
+        self.run_s += time.perf_counter() - start
+        self.add(outs)
+
+    def drift_rows(self, subject: str, config: Config) -> list[dict[str, Any]]:
+        return [
+            {
+                "subject": subject,
+                "output": name,
+                "arm": self.name,
+                "runs": self.runs,
+                "differing": o.differing,
+                "distinct": len(set(o.digests)),
+                "max_abs_diff": o.max_abs_diff,
+                "finite": o.finite,
+                "config": config.describe(),
+                "luck_probability": self.luck_probability,
+                "stopped_by": self.stopped_by,
+            }
+            for name, o in self.outputs.items()
+        ]
+
+
+def run_control(workload: Workload, device: torch.device, runs: int) -> Arm:
+    arm = Arm("control", knob=False, stopped_by="repeats")
+    for _ in range(runs):
+        arm.run_once(workload, device)
+    return arm
+
+
+def run_deterministic(
+    workload: Workload,
+    device: torch.device,
+    *,
+    p_lo: float,
+    repeats: int,
+    max_repeats: int,
+    luck_target: float,
+    knob: bool = True,
+) -> Arm:
+    """Run until the luck target is met, the cap is hit, or the arm is already a failure."""
+    arm = Arm("deterministic", knob=knob)
+    needed = stats.comparisons_needed(p_lo, luck_target)
+    planned = repeats if needed is None else max(repeats, needed + 1)
+    planned = min(planned, max(max_repeats, 2))
+    while arm.runs < planned:
+        arm.run_once(workload, device)
+        if not arm.finite:
+            arm.stopped_by = "non_finite"
+            break
+        if arm.varying_runs and arm.runs >= min(repeats, planned):
+            arm.stopped_by = "varied"
+            break
+    arm.luck_probability = stats.luck_probability(p_lo, arm.comparisons)
+    if arm.stopped_by is None:
+        if p_lo <= 0.0:
+            arm.stopped_by = "control_steady"
+        elif arm.luck_probability < luck_target:
+            arm.stopped_by = "luck_target"
+        else:
+            arm.stopped_by = "max_repeats"
+    return arm
+
+
+# ---------------------------------------------------------------- one subject
+
+
+@dataclass
+class Settings:
+    repeats: int = 8
+    max_repeats: int = 64
+    luck_target: float = 1e-3
+    control_share: float = 0.5
+    negative_control: bool = False
+
+
+@dataclass
+class Tried:
+    config: Config
+    workload: Workload
+    control: Arm
+    compile_s: float
+
+
+@dataclass
+class Outcome:
+    """What one subject contributed: checks for both stages, drift rows, config and timings."""
+
+    check: dict[str, Any]
+    numerics: list[dict[str, Any]]
+    drift: list[dict[str, Any]]
+    config: str | None
+    compile_s: float
+    run_s: float
+
+
+def _prepare(subject: Subject, config: Config, device: torch.device) -> tuple[Workload, float]:
+    """Build the inputs and compile both arms' kernels once, outside any timed run."""
+    synchronize(device)
+    start = time.perf_counter()
+    workload = subject.prepare(config, device)
+    workload.run(False)
+    workload.run(True)
+    synchronize(device)
+    return workload, time.perf_counter() - start
+
+
+def pick_config(
+    subject: Subject, device: torch.device, s: Settings, start: str | None
+) -> tuple[Tried, list[dict[str, Any]], str]:
+    """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink."""
+    names = [c.name for c in subject.configs]
+    first = names.index(start) if start in names else 0
+    history: list[dict[str, Any]] = []
+    best: Tried | None = None
+    for config in subject.configs[first:]:
+        workload, took = _prepare(subject, config, device)
+        control = run_control(workload, device, s.repeats)
+        history.append(
+            {
+                "config": config.name,
+                "varying": control.varying_runs,
+                "comparisons": control.comparisons,
+                "compile_s": round(took, 3),
+                "run_s": round(control.run_s, 3),
+            }
+        )
+        tried = Tried(config, workload, control, took)
+        if best is None or control.share >= best.control.share:
+            best = tried
+        if control.share >= s.control_share:
+            break
+        del workload, tried
+    assert best is not None, f"{subject.name} has no configs"
+    k, n = best.control.varying_runs, best.control.comparisons
+    remembered = f"remembered config {start}" if start in names else "no remembered config"
+    if best.control.share >= s.control_share:
+        if best.config.name == start:
+            why = f"{remembered}: its control still varied in {k} of {n} comparisons"
+        else:
+            why = (
+                f"{remembered}; first config from {names[first]} up whose control varied in "
+                f"{k} of {n} comparisons (>= {s.control_share:g})"
+            )
+    elif k:
+        why = (
+            f"{remembered}; no config reached a control share of {s.control_share:g}; "
+            f"{best.config.name} varied most ({k} of {n})"
+        )
+    else:
+        why = f"{remembered}; the control never varied at any config from {names[first]} up"
+    return best, history, why
+
+
+def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
+    k, n = control.varying_runs, control.comparisons
+    bad = [
+        f"{name} not finite in {arm.name} run {o.first_nonfinite_run}"
+        for arm in (control, det)
+        for name, o in arm.outputs.items()
+        if not o.finite
+    ]
+    if bad:
+        return "fail", "non-finite output: " + "; ".join(bad)
+    varied = {name: o for name, o in det.outputs.items() if o.differing}
+    if varied:
+        parts = [
+            f"{name} differed from run 0 in {o.differing} of {det.comparisons} runs "
+            f"({len(set(o.digests))} distinct digests, max |d| {o.max_abs_diff:.3g})"
+            for name, o in varied.items()
+        ]
+        return "fail", "deterministic arm varied: " + "; ".join(parts)
+    exact = f"deterministic arm byte-exact over {det.runs} runs"
+    if k == 0:
+        return (
+            "inconclusive",
+            f"{exact}, but the control never varied (0 of {n}): nothing certified",
+        )
+    luck = det.luck_probability if det.luck_probability is not None else 1.0
+    if luck >= s.luck_target:
+        return "inconclusive", (
+            f"{exact}; control varied in {k} of {n}, but the run cap ({s.max_repeats}) came before "
+            f"the luck target: luck {luck:.3g} >= {s.luck_target:g}"
+        )
+    status, detail = "pass", f"{exact}; control varied in {k} of {n}; luck {luck:.3g}"
+    if s.negative_control:
+        status = "inconclusive"
+        detail = f"negative control (knob off in the deterministic arm): {detail}; a match is luck"
+    return status, detail
+
+
+def _numerics(subject: str, workload: Workload, det: Arm, config: Config) -> list[dict[str, Any]]:
+    ref = workload.reference()
+    checks = []
+    for name, got in det.first.items():
+        tol = workload.tolerances[name]
+        want = ref[name].to(device=got.device, dtype=torch.float32)
+        x = got.to(torch.float32)
+        err = (x - want).abs()
+        bound = tol.atol + tol.rtol * want.abs()
+        finite = bool(torch.isfinite(x).all())
+        ok = finite and bool((err <= bound).all())
+        max_err = (
+            float(err[torch.isfinite(err)].max()) if bool(torch.isfinite(err).any()) else math.nan
+        )
+        worst = float((err / bound).nan_to_num(math.inf).max()) if err.numel() else 0.0
+        checks.append(
+            {
+                "name": f"{subject}.{name}",
+                "status": "pass" if ok else "fail",
+                "detail": (
+                    f"{'within' if ok else 'outside'} |x - ref| <= {tol.atol:g} + "
+                    f"{tol.rtol:g}*|ref| vs a float32 reference: max |err| {max_err:.3g}, "
+                    f"worst err/bound {worst:.3g}" + ("" if finite else "; output not finite")
+                ),
+                "metrics": {
+                    "max_abs_err": max_err,
+                    "worst_ratio": worst,
+                    "ref_max_abs": float(want.abs().max()) if want.numel() else 0.0,
+                    "atol": tol.atol,
+                    "rtol": tol.rtol,
+                    "config": config.describe(),
+                },
+            }
+        )
+    return checks
+
+
+def measure_subject(
+    subject: Subject,
+    device: torch.device,
+    settings: Settings,
+    *,
+    start_config: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Outcome:
+    """The whole determinism verdict for one subject, plus its numerics, on ``device``."""
+    s = settings
+    best, history, why = pick_config(subject, device, s, start_config)
+    control = best.control
+    k, n = control.varying_runs, control.comparisons
+    p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
+    det = run_deterministic(
+        best.workload,
+        device,
+        p_lo=p_lo,
+        repeats=s.repeats,
+        max_repeats=s.max_repeats,
+        luck_target=s.luck_target,
+        knob=not s.negative_control,
+    )
+    status, detail = _judge(control, det, s)
+    if log:
+        log(f"{subject.name}: {status} at {best.config.name}: {detail}")
+    metrics = {
+        "config": best.config.describe(),
+        "config_reason": why,
+        "escalation": history,
+        "control": {"varying": k, "comparisons": n, "share": round(control.share, 4)},
+        "p_lo": p_lo,
+        "luck_probability": det.luck_probability,
+        "luck_target": s.luck_target,
+        "deterministic_runs": det.runs,
+        "stopped_by": det.stopped_by,
+        "negative_control": s.negative_control,
+        "outputs": {
+            name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
+            for name, o in det.outputs.items()
+        },
+    }
+    check = {
+        "name": f"{subject.name}.deterministic",
+        "status": status,
+        "detail": f"{detail} (config {best.config.name}: {why})",
+        "metrics": metrics,
+    }
+    numerics = _numerics(subject.name, best.workload, det, best.config)
+    drift = control.drift_rows(subject.name, best.config) + det.drift_rows(
+        subject.name, best.config
+    )
+    return Outcome(
+        check=check,
+        numerics=numerics,
+        drift=drift,
+        config=best.config.name,
+        compile_s=sum(h["compile_s"] for h in history),
+        run_s=sum(h["run_s"] for h in history) + det.run_s,
+    )
+
+
+# ---------------------------------------------------------------- the stage
+
+log = logging.getLogger("fe_ci.inside.determinism")
+
+
+def _available(name: str, caps: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """Whether this build has the subject and its knob: the probe's answer, else a local look."""
+    entry = SUBJECTS[name]
+    cap = (caps or {}).get(name)
+    if cap is None:
+        return knob_present(entry.entry_point, entry.knob, entry.probe_method)
+    if not cap.get("importable"):
+        return (
+            False,
+            f"{entry.entry_point} is not importable: {cap.get('error') or 'import failed'}",
+        )
+    if not cap.get("present"):
+        return False, f"this build's {entry.entry_point} has no '{entry.knob}'"
+    return True, ""
+
+
+def _check(name: str, status: str, detail: str) -> dict[str, Any]:
+    return {"name": name, "status": status, "detail": detail, "metrics": {}}
+
+
+def _roll_up(checks: list[dict[str, Any]], what: str) -> tuple[str, str]:
+    """A stage's status from its checks: fail > error > inconclusive > pass > skipped > n/a."""
+    statuses = [c["status"] for c in checks]
+    summary = "; ".join(f"{c['name']} {c['status']}" for c in checks) or f"no {what} checks"
+    for status in ("fail", "error", "inconclusive", "pass", "skipped"):
+        if status in statuses:
+            return status, summary
+    return "not_applicable", summary
+
+
+def _environment(device: torch.device | None) -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    if device is not None:
+        major, minor = torch.cuda.get_device_capability(device)
+        env.update(gpu=torch.cuda.get_device_name(device), arch=f"sm_{major}{minor}")
+    try:
+        import cudnn
+
+        env["cudnn_backend"] = str(cudnn.backend_version_string())
+    except Exception:  # the backend version is informative; its absence is not a failure
+        version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        env["cudnn_backend"] = str(version) if version else None
+    return env
+
+
+# Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.
+COMPILE_ONLY = ("grouped_gemm_dsrelu", "grouped_gemm_dglu")
+
+
+def compile_only(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
+    """Compile the subject's sm_100a kernels in a fresh process (the arch is fixed at import)."""
+    with tempfile.TemporaryDirectory(prefix="fe-ci-compile-") as tmp:
+        params, out = Path(tmp) / "params.json", Path(tmp) / "result.json"
+        params.write_text(json.dumps({"subject": name}))
+        env = dict(os.environ, CUTE_DSL_ARCH=COMPILE_ARCH, CUTE_DSL_KEEP="ptx,cubin")
+        env.update(CUTE_DSL_DUMP_DIR=tmp, CUDA_VISIBLE_DEVICES="")
+        cmd = [sys.executable, "-m", "runner.inside.subjects.base", "--in", str(params)]
+        try:
+            proc = subprocess.run(
+                [*cmd, "--out", str(out)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            return {"status": "error", "reason": f"compile-only timed out after {timeout_s:g} s"}
+        if not out.is_file():
+            tail = (proc.stderr or proc.stdout or "")[-1500:]
+            return {"status": "error", "reason": f"exit {proc.returncode}: {tail}"}
+        doc: dict[str, Any] = json.loads(out.read_text())
+        return doc
+
+
+def _with_compile_only(
+    name: str, check: dict[str, Any], checks: list[dict[str, Any]], findings: list[dict[str, Any]]
+) -> None:
+    """Attach the compile-only result to a skipped subject.
+
+    A pass stays in the skipped check's detail and metrics, never a check of its own: compiling
+    is not running, so it must not count as covering the subject. A failed compile is a check
+    that fails; a harness that does not fit this build is a warning.
+    """
+    doc = compile_only(name)
+    check["metrics"]["compile_only"] = doc
+    if doc.get("status") == "pass":
+        det, default = doc["deterministic"], doc["default"]
+        changes = "changes" if doc.get("knob_changes_kernel") else "does NOT change"
+        check["detail"] += (
+            f"; compile-only: both {COMPILE_ARCH} kernels compiled here (deterministic "
+            f"{det['compile_s']:.1f} s, default {default['compile_s']:.1f} s; the knob {changes} "
+            "the kernel)"
+        )
+    elif doc.get("status") == "fail":
+        checks.append(_check(f"{name}.compile_only", "fail", str(doc.get("reason"))))
+    else:
+        findings.append(
+            {
+                "kind": "compile_only_unavailable",
+                "severity": "warning",
+                "subject": name,
+                "message": f"could not compile {name} for {COMPILE_ARCH} here: {doc.get('reason')}",
+            }
+        )
+
+
+def _settings(params: Mapping[str, Any]) -> Settings:
+    return Settings(
+        repeats=max(int(params.get("repeats") or 8), 2),
+        max_repeats=int(params.get("max_repeats") or 64),
+        luck_target=float(params.get("luck_target") or 1e-3),
+        control_share=float(params.get("control_share") or 0.5),
+        negative_control=bool(params.get("negative_control")),
+    )
+
+
+def run(params: dict[str, Any]) -> dict[str, Any]:
+    """The stage document: determinism checks and drift, with the numerics stage under a key."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    cache = configure_compile_cache(params.get("compile_cache_dir"), params.get("build_id"))
+    settings = _settings(params)
+    names = [n for n in SUBJECTS if n in (params.get("subjects") or SUBJECTS)]
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if gpu else None
+    family = params.get("family")
+    if family is None and device is not None:
+        family = family_of(*torch.cuda.get_device_capability(device))
+    caps = params.get("capabilities") or None
+    checks: list[dict[str, Any]] = []
+    numerics: list[dict[str, Any]] = []
+    drift: list[dict[str, Any]] = []
+    chosen: dict[str, str] = {}
+    timings: dict[str, dict[str, float]] = {}
+    findings: list[dict[str, Any]] = []
+    for name in names:
+        subject = SUBJECTS[name]
+        ok, why = _available(name, caps)
+        if not ok:
+            status, detail = "not_applicable", why
+        elif device is None:
+            status, detail = "skipped", "no CUDA GPU on this host"
+        elif family not in subject.families:
+            status, detail = "skipped", f"needs {' or '.join(subject.families)}"
+        else:
+            status, detail = "", ""
+        if status:
+            check = _check(f"{name}.deterministic", status, detail)
+            checks.append(check)
+            numerics += [_check(f"{name}.{out}", status, detail) for out in subject.outputs]
+            if status == "skipped" and name in COMPILE_ONLY and params.get("compile_only", True):
+                _with_compile_only(name, check, checks, findings)
+            continue
+        assert device is not None
+        try:
+            module = importlib.import_module(f"runner.inside.subjects.{name}")
+            outcome = measure_subject(
+                module.SUBJECT,
+                device,
+                settings,
+                start_config=(params.get("start_configs") or {}).get(name),
+                log=log.info,
+            )
+        except Exception as exc:  # one subject's crash must not hide the others' results
+            log.exception("subject=%s error", name)
+            reason = f"{type(exc).__name__}: {exc}"[:2000]
+            checks.append(_check(f"{name}.deterministic", "error", reason))
+            numerics += [_check(f"{name}.{out}", "error", reason) for out in subject.outputs]
+            continue
+        finally:
+            if device is not None:
+                torch.cuda.empty_cache()
+        checks.append(outcome.check)
+        numerics += outcome.numerics
+        drift += outcome.drift
+        if outcome.config:
+            chosen[name] = outcome.config
+        timings[name] = {"compile_s": round(outcome.compile_s, 3), "run_s": round(outcome.run_s, 3)}
+    status, reason = _roll_up(checks, "determinism")
+    num_status, num_reason = _roll_up(numerics, "numerics")
+    if device is None:
+        status, reason = "skipped", "no CUDA GPU on this host"
+        num_status, num_reason = "skipped", reason
+    return {
+        "status": status,
+        "reason": reason,
+        "checks": checks,
+        "drift": drift,
+        "findings": findings,
+        "numerics": {"status": num_status, "reason": num_reason, "checks": numerics},
+        "chosen_configs": chosen,
+        "timings": timings,
+        "negative_control": settings.negative_control,
+        "family": family,
+        "compile_cache": cache,
+        "environment": _environment(device),
+    }
+
+
+if __name__ == "__main__":
+    from runner.inside._io import run_stage
+
+    raise SystemExit(run_stage(run))

@@ -1,0 +1,287 @@
+"""What the determinism harness needs from a subject, and helpers the subjects share.
+
+A subject module exposes ``SUBJECT``, an object with ``name``, ``configs`` (ordered small to
+large) and ``prepare(config, device)``, which builds identical inputs once and returns a
+``Workload``. ``Workload.run(knob)`` runs the backward once, from cleared gradients, with the knob
+on or off, and returns the outputs to compare by their lower-case names; ``reference()`` gives a
+float32 reference of the same outputs. Standard library and torch only: the candidate is imported
+inside ``prepare``, never at module import, so a CPU-only host can load every subject.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Config:
+    """One input size of a subject. ``name`` is what the runner remembers between builds."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, **self.params}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Numerics bound, elementwise: ``|x - ref| <= atol + rtol * |ref|``."""
+
+    atol: float
+    rtol: float
+
+
+class Workload(Protocol):
+    tolerances: Mapping[str, Tolerance]
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]: ...
+
+    def reference(self) -> dict[str, torch.Tensor]: ...
+
+
+class Subject(Protocol):
+    name: str
+    configs: tuple[Config, ...]
+
+    def prepare(self, config: Config, device: torch.device) -> Workload: ...
+
+
+def resolve(dotted: str) -> Any:
+    """Import ``cudnn.a.b.attr`` and return the attribute (raises ImportError/AttributeError)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            if cut == 1:
+                raise
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+def knob_present(entry_point: str, knob: str, method: str) -> tuple[bool, str]:
+    """Whether the entry point takes the knob, as the probe would answer: (present, why)."""
+    try:
+        fn = resolve(entry_point)
+    except Exception as exc:  # any import failure means the subject is not there
+        return False, f"{entry_point} not importable: {type(exc).__name__}: {exc}"
+    if method == "docstring":
+        first = (getattr(fn, "__doc__", "") or "").strip().splitlines()[:1]
+        found = bool(first) and f"{knob}:" in first[0]
+    else:
+        try:
+            found = knob in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            found = False
+    return found, "" if found else f"{entry_point} has no '{knob}'"
+
+
+def seeded(seed: int, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# Distributions whose files decide what a compiled kernel is: the frontend and its compilers.
+_BUILD_DISTS = ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")
+
+
+def build_identity(extra: str | None = None) -> str:
+    """A key no other build can share: dist versions + their RECORDs (a hash of every file)."""
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    h.update(f"py{sys.version_info[0]}.{sys.version_info[1]} torch={torch.__version__}".encode())
+    for name in _BUILD_DISTS:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            h.update(f"{name}=absent;".encode())
+            continue
+        h.update(f"{name}={dist.version};".encode())
+        h.update((dist.read_text("RECORD") or "").encode())
+    if extra:
+        h.update(extra.encode())
+    return h.hexdigest()[:24]
+
+
+def configure_compile_cache(root: str | None, extra: str | None = None) -> dict[str, Any]:
+    """Point the CuTe DSL's persistent caches at ``root/<build identity>``, before any import.
+
+    The directory is keyed on the build's identity, so one build's kernels can never serve
+    another's; the same build run again finds its kernels and skips the compile.
+    """
+    if not root:
+        return {"dir": None, "key": None, "warm": False}
+    key = build_identity(extra)
+    where = Path(root) / key
+    warm = where.is_dir() and any(where.rglob("*"))
+    try:
+        for sub in ("cute", "flex"):
+            (where / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # an unwritable cache costs compile time, never the stage
+        return {"dir": None, "key": key, "warm": False, "error": f"{type(exc).__name__}: {exc}"}
+    os.environ["CUTE_DSL_CACHE_DIR"] = str(where / "cute")
+    os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_DIR"] = str(where / "flex")
+    os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "1"
+    return {"dir": str(where), "key": key, "warm": warm}
+
+
+# ---------------------------------------------------------------- compile-only, without Blackwell
+
+COMPILE_ARCH = "sm_100a"
+B200_SMS = 148
+
+
+class _Sm100Info:
+    """Stands in for ``cutlass.utils.HardwareInfo``: a B200's multiprocessor count."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def get_max_active_clusters(self, cluster_size: int) -> int:
+        return B200_SMS // max(cluster_size, 1)
+
+    def get_device_multiprocessor_count(self) -> int:
+        return B200_SMS
+
+
+class _Compiled(Exception):
+    """Raised right after the wrapper's kernel object compiled, so nothing can launch."""
+
+
+class KernelCompileError(Exception):
+    """The CuTe DSL itself failed to compile the kernel: a defect of the build."""
+
+
+def _aligned_workspace(_framework: Any, nbytes: int, device: Any) -> torch.Tensor:
+    raw = torch.empty(nbytes + 256, dtype=torch.uint8, device=device)
+    start = (-raw.data_ptr()) % 256
+    return raw[start : start + nbytes]
+
+
+def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any]:
+    """Drive a wrapper until its kernel compiles for sm_100a, as if on such a GPU; no launch.
+
+    The wrapper's own code builds the kernel object, checks support and compiles through the
+    CuTe DSL (``CUTE_DSL_ARCH`` must name the target before the DSL is imported); only the device
+    queries are answered as an sm_100 GPU would answer them, and the kernel object's ``compile``
+    stops the call before anything could run.
+    """
+    from contextlib import ExitStack
+    from unittest import mock
+
+    import cutlass.cute
+    import cutlass.utils
+
+    kernels: list[Any] = []
+    real_compile = cutlass.cute.compile
+    real_api_compile = api_class.compile
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            kernel = real_compile(*args, **kwargs)
+        except Exception as exc:
+            raise KernelCompileError(f"{type(exc).__name__}: {exc}") from exc
+        kernels.append(kernel)
+        return kernel
+
+    def compile_then_stop(self: Any) -> None:
+        real_api_compile(self)
+        raise _Compiled
+
+    answers = {
+        "cuda_is_available": lambda: True,
+        "get_compute_capability": lambda *_a: (10, 0),
+        "allocate_byte_workspace": _aligned_workspace,
+    }
+    with ExitStack() as stack:
+        patch = stack.enter_context
+        patch(mock.patch.object(cutlass.cute, "compile", spy))
+        patch(mock.patch.object(cutlass.utils, "HardwareInfo", _Sm100Info))
+        patch(mock.patch.object(api_class, "compile", compile_then_stop))
+        patch(mock.patch.object(torch.cuda, "is_available", lambda: True))
+        patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
+        patch(mock.patch.object(torch.cuda, "get_device_capability", lambda *_a: (10, 0)))
+        for module in modules:
+            for name, value in answers.items():
+                if hasattr(module, name):
+                    patch(mock.patch.object(module, name, value))
+        try:
+            call()
+        except _Compiled:
+            return kernels
+    raise RuntimeError("the wrapper returned without compiling a kernel")
+
+
+def _artifact(kernel: Any, name: str) -> bytes:
+    data = getattr(kernel, name, None) or b""
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+def compile_only(params: dict[str, Any]) -> dict[str, Any]:
+    """Compile a subject's sm_100a kernels with the knob on and off; run nothing.
+
+    ``python -m runner.inside.subjects.base --in P --out R`` in a fresh process with
+    ``CUTE_DSL_ARCH=sm_100a`` and ``CUTE_DSL_KEEP=ptx,cubin``: no GPU is needed. ``status`` is
+    ``pass`` when both kernels compiled to sm_100a machine code, ``fail`` when the DSL could not
+    compile one (a defect of the build), ``error`` when this harness does not fit the build.
+    """
+    import importlib
+    import re
+    import time
+
+    module = importlib.import_module(f"runner.inside.subjects.{params['subject']}")
+    configs = {c.name: c for c in module.SUBJECT.configs}
+    config = configs[params.get("config") or module.SUBJECT.configs[1].name]
+    out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
+    for knob in (True, False):
+        arm = "deterministic" if knob else "default"
+        start = time.perf_counter()
+        try:
+            kernels = compile_for_sm100(*module.compile_target(config, knob))
+        except KernelCompileError as exc:
+            return {**out, "status": "fail", "reason": f"{arm} kernel: {exc}"[:2000]}
+        ptx = b"".join(_artifact(k, "__ptx__") for k in kernels)
+        out[arm] = {
+            "kernels": len(kernels),
+            "compile_s": round(time.perf_counter() - start, 3),
+            "targets": sorted({t.decode() for t in re.findall(rb"\.target\s+(\S+)", ptx)}),
+            "ptx_sha256": hashlib.sha256(ptx).hexdigest()[:16],
+            "cubin_bytes": sum(len(_artifact(k, "__cubin__")) for k in kernels),
+        }
+    det, default = out["deterministic"], out["default"]
+    ok = all(
+        a["kernels"] and a["cubin_bytes"] and COMPILE_ARCH in a["targets"] for a in (det, default)
+    )
+    out["knob_changes_kernel"] = det["ptx_sha256"] != default["ptx_sha256"]
+    out["status"] = "pass" if ok else "fail"
+    if not ok:
+        out["reason"] = "no sm_100a machine code came out of the compile"
+    return out
+
+
+if __name__ == "__main__":
+    from runner.inside._io import run_stage
+
+    raise SystemExit(run_stage(compile_only))

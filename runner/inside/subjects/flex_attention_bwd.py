@@ -1,0 +1,83 @@
+"""``flex_attention_bwd``: ``cudnn.flex_attention.flex_attn_func(..., deterministic=)`` backward.
+
+Causal attention as an interval-mask plan: ``create_mask_plan`` takes ``mask_func`` of shape
+``[Hmask, nfunc, total_q]`` (int32) whose endpoints give each query its visible sample-local key
+intervals ``[0, F0) U [F1, F2) ...``; causal (top-left, equal lengths) is one function per query,
+``F0 = i + 1`` for sample-local query ``i``. The plan is built once per config, with backward
+payloads; each run clears the leaf gradients and runs forward and backward through autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from runner.inside.subjects.base import Config, Tolerance, seeded
+from runner.inside.subjects.sdpa_bwd import attention_reference
+
+# BSHD, bf16, causal. DESIGN.md measured the middle one on an H200: knob off, 6 of 7 differed.
+CONFIGS = (
+    Config("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
+    Config("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
+    Config("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
+)
+
+TOLERANCES = {name: Tolerance(atol=2e-2, rtol=2e-2) for name in ("dq", "dk", "dv")}
+
+
+def causal_mask_func(b: int, s: int, device: torch.device) -> torch.Tensor:
+    """The interval mask of top-left causal attention: query i sees keys [0, i + 1)."""
+    ends = torch.arange(1, s + 1, dtype=torch.int32, device=device).repeat(b)
+    return ends.view(1, 1, b * s).contiguous()
+
+
+@dataclass
+class FlexWorkload:
+    config: Config
+    device: torch.device
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+
+    def __post_init__(self) -> None:
+        from cudnn.flex_attention import create_mask_plan, flex_attn_func
+
+        p = self.config.params
+        b, s, h, d = p["b"], p["s"], p["h"], p["d"]
+        gen = seeded(20260819, self.device)
+
+        def leaf(*shape: int) -> torch.Tensor:
+            t = torch.randn(*shape, generator=gen, device=self.device).to(torch.bfloat16)
+            return t.requires_grad_()
+
+        self.q, self.k, self.v = (leaf(b, s, h, d) for _ in range(3))
+        self.d_o = torch.randn(b, s, h, d, generator=gen, device=self.device).to(torch.bfloat16)
+        self.scale = 1.0 / math.sqrt(d)
+        mask = causal_mask_func(b, s, self.device)
+        self.plan: Any = create_mask_plan(mask, self.q, self.k, self.v, build_backward=True)
+        self.fn = flex_attn_func
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        for t in (self.q, self.k, self.v):
+            t.grad = None
+        out = self.fn(self.q, self.k, self.v, mask_plan=self.plan, deterministic=knob)
+        out.backward(self.d_o)
+        grads = {"dq": self.q.grad, "dk": self.k.grad, "dv": self.v.grad}
+        return {name: g.detach() for name, g in grads.items() if g is not None}
+
+    def reference(self) -> dict[str, torch.Tensor]:
+        bhsd = [t.detach().transpose(1, 2) for t in (self.q, self.k, self.v, self.d_o)]
+        grads = attention_reference(*bhsd, causal=True, scale=self.scale)
+        return {name: g.transpose(1, 2) for name, g in grads.items()}
+
+
+class FlexAttentionBwd:
+    name = "flex_attention_bwd"
+    configs = CONFIGS
+
+    def prepare(self, config: Config, device: torch.device) -> FlexWorkload:
+        return FlexWorkload(config, device)
+
+
+SUBJECT = FlexAttentionBwd()

@@ -1,0 +1,116 @@
+"""``grouped_gemm_dglu``: the MXFP8 grouped-GEMM dSwiGLU backward (``act_func="dswiglu"``).
+
+The same fused-MLP inputs as ``grouped_gemm_dsrelu``, except that C, the FC1 output, is twice as
+wide: 32-column blocks alternate gate (even blocks) and linear (odd blocks). The kernel reduces
+``dprob[t] = sum_n silu(gate) * linear * G`` across N-tiles; ``deterministic`` (where the build
+has it) makes that bit-exact. It is documented not to cover dbias, so only dprob is compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from runner.inside.subjects.base import Config, Tolerance
+from runner.inside.subjects.grouped_gemm_dsrelu import (
+    CONFIGS,
+    WRAPPER_KWARGS,
+    MoeInputs,
+    build_moe_inputs,
+)
+
+GLU_BLOCK = 32
+TOLERANCES = {"dprob": Tolerance(atol=1e-1, rtol=1e-2)}
+
+
+def split_glu(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[m, 2n]`` -> (gate, linear), each ``[m, n]``, from alternating 32-column blocks."""
+    m, width = c.shape
+    blocks = c.reshape(m, width // (2 * GLU_BLOCK), 2, GLU_BLOCK)
+    return blocks[:, :, 0].reshape(m, -1), blocks[:, :, 1].reshape(m, -1)
+
+
+def dglu_reference(x: MoeInputs) -> dict[str, torch.Tensor]:
+    g = x.gemm_reference()
+    gate, linear = split_glu(x.c[:, :, 0].float())
+    return {"dprob": (torch.nn.functional.silu(gate) * linear * g).sum(dim=1).view(-1, 1, 1)}
+
+
+@dataclass
+class DgluWorkload:
+    config: Config
+    device: torch.device
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+
+    def __post_init__(self) -> None:
+        from cudnn import grouped_gemm_dglu_wrapper_sm100
+
+        self.fn = grouped_gemm_dglu_wrapper_sm100
+        n = self.config.params["n"]
+        self.x = build_moe_inputs(self.config.params, self.device, c_width=2 * n, seed=1029)
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        x = self.x
+        out = self.fn(
+            a_tensor=x.a,
+            c_tensor=x.c,
+            sfa_tensor=x.sfa,
+            padded_offsets=x.padded_offsets,
+            alpha_tensor=x.alpha,
+            beta_tensor=x.beta,
+            prob_tensor=x.prob,
+            dprob_tensor=torch.zeros_like(x.prob),  # must start zeroed: a fresh one per run
+            b_tensor=x.b,
+            sfb_tensor=x.sfb,
+            norm_const_tensor=x.norm_const,
+            d_dtype=torch.float8_e4m3fn,
+            act_func="dswiglu",
+            deterministic=knob,
+            **WRAPPER_KWARGS,
+        )
+        return {"dprob": out["dprob_tensor"]}
+
+    def reference(self) -> dict[str, torch.Tensor]:
+        return dglu_reference(self.x)
+
+
+class GroupedGemmDglu:
+    name = "grouped_gemm_dglu"
+    configs = CONFIGS
+
+    def prepare(self, config: Config, device: torch.device) -> DgluWorkload:
+        return DgluWorkload(config, device)
+
+
+SUBJECT = GroupedGemmDglu()
+
+
+def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
+    """For ``base.compile_only``: the wrapper call, its kernel class and modules to answer for."""
+    from cudnn.gemm.cutedsl.grouped.dglu import api
+
+    n = config.params["n"]
+    x = build_moe_inputs(config.params, torch.device("cpu"), c_width=2 * n, seed=1029)
+
+    def call() -> Any:
+        return api.grouped_gemm_dglu_wrapper_sm100(
+            a_tensor=x.a,
+            c_tensor=x.c,
+            sfa_tensor=x.sfa,
+            padded_offsets=x.padded_offsets,
+            alpha_tensor=x.alpha,
+            beta_tensor=x.beta,
+            prob_tensor=x.prob,
+            dprob_tensor=torch.zeros_like(x.prob),
+            b_tensor=x.b,
+            sfb_tensor=x.sfb,
+            norm_const_tensor=x.norm_const,
+            d_dtype=torch.float8_e4m3fn,
+            act_func="dswiglu",
+            deterministic=knob,
+            **WRAPPER_KWARGS,
+        )
+
+    return call, api.GroupedGemmDgluSm100, [api]

@@ -1,0 +1,233 @@
+"""What one dashboard cell says: a state (its colour), its text, and the reason shown on hover.
+
+Pure functions over small row views, so the grid (50 builds from a handful of queries), the build
+page and the live endpoint all name a state the same way. Beyond the stage statuses of the wire
+models a cell can be ``pending``, ``running``, ``waiting`` (a GPU job with no runner of its
+family alive: "waiting for an sm_100 runner") or ``cancelled``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runner.inside.registry import SUBJECTS
+from runner.wire import BuildStatus, JobKind, JobState, Stage, Status, Verdict
+
+# Worst first: the state a cell shows when several jobs or checks disagree.
+_SEVERITY = (
+    "fail",
+    "crashed",
+    "timeout",
+    "error",
+    "inconclusive",
+    "running",
+    "waiting",
+    "pending",
+    "skipped",
+    "cancelled",
+    "pass",
+    "not_applicable",
+)
+_RANK = {s: i for i, s in enumerate(_SEVERITY)}
+_COVERED = {"pass", "fail", "inconclusive", "error", "timeout", "crashed"}
+ACTIVE_JOB_STATES = (JobState.waiting, JobState.queued, JobState.leased)
+
+
+@dataclass(frozen=True)
+class Cell:
+    state: str
+    text: str
+    reason: str = ""
+
+    @classmethod
+    def of(cls, state: str, reason: str = "") -> Cell:
+        return cls(state, state.replace("_", " "), reason)
+
+
+@dataclass
+class StageView:
+    job_id: int
+    name: str
+    status: str
+    reason: str
+    duration_s: float
+    created_at: datetime | None = None
+
+
+@dataclass
+class JobView:
+    id: int
+    build_id: int
+    kind: str
+    family: str | None
+    stages: list[str]
+    state: str
+    reason: str
+    attempt: int
+    runner: str | None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    rows: dict[str, StageView] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.family}" if self.family else str(self.kind)
+
+
+@dataclass
+class CheckView:
+    job_id: int
+    name: str
+    status: str
+    detail: str
+
+    @property
+    def subject(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+@dataclass
+class CapView:
+    subject: str
+    importable: bool
+    present: bool
+    error: str | None
+    knob: str
+
+
+def worst(states: Iterable[str]) -> str:
+    return min(states, key=lambda s: _RANK.get(s, len(_RANK)))
+
+
+def waiting_text(family: str | None) -> str:
+    return f"waiting for an {family} runner" if family else "waiting for a runner"
+
+
+def build_status(cancelled: bool, jobs: Sequence[JobView]) -> BuildStatus:
+    """The same rule as the report's build status, over job views."""
+    if cancelled:
+        return BuildStatus.cancelled
+    states = {j.state for j in jobs}
+    if states and states <= {JobState.finished, JobState.cancelled}:
+        return BuildStatus.finished
+    if JobState.leased in states or JobState.finished in states:
+        return BuildStatus.running
+    return BuildStatus.queued
+
+
+def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
+    """One job's view of one stage, or None where the job does not run that stage."""
+    row = job.rows.get(stage)
+    if row is not None:
+        return Cell.of(row.status, row.reason)
+    if stage not in job.stages:
+        return None
+    if job.state == JobState.leased:
+        first_open = next((s for s in job.stages if s not in job.rows), None)
+        if stage == first_open:
+            who = f" on {job.runner}" if job.runner else ""
+            return Cell.of("running", f"{job.label} job, attempt {job.attempt}{who}")
+        return Cell.of("pending", f"after {first_open}")
+    if job.state == JobState.waiting:
+        return Cell.of("pending", "waiting for the build job's wheel")
+    if job.state == JobState.queued:
+        if job.kind == JobKind.gpu and job.family not in alive:
+            text = waiting_text(job.family)
+            return Cell("waiting", text, f"no {job.family} runner is alive; the job is queued")
+        return Cell.of("pending", f"queued (attempt {job.attempt})")
+    if job.state == JobState.cancelled:
+        return Cell.of("cancelled", job.reason or "cancelled")
+    if job.reason.startswith("error"):
+        return Cell.of("error", job.reason)
+    return Cell.of("skipped", job.reason or "the job ended without reporting this stage")
+
+
+def combine(cells: list[tuple[str, Cell]]) -> list[Cell]:
+    """Per-job cells of one stage: identical ones collapse, each keeps which job said what."""
+    merged: dict[tuple[str, str], list[tuple[str, Cell]]] = {}
+    for label, cell in cells:
+        merged.setdefault((cell.state, cell.text), []).append((label, cell))
+    out = []
+    for (state, text), group in merged.items():
+        reason = "; ".join(f"{label}: {c.reason}" if c.reason else label for label, c in group)
+        out.append(Cell(state, text, reason))
+    return sorted(out, key=lambda c: _RANK.get(c.state, len(_RANK)))
+
+
+def stage_cells(
+    *, source: str, cancelled: bool, stage: str, jobs: Sequence[JobView], alive: set[str]
+) -> list[Cell]:
+    """The cell(s) of a build's stage column."""
+    found = [(j.label, c) for j in jobs if (c := job_stage_cell(j, stage, alive)) is not None]
+    if found:
+        return combine(found)
+    if cancelled:
+        return [Cell.of("cancelled", "the build was cancelled")]
+    if stage == Stage.build:
+        why = "a wheel needs no build" if source == "wheel" else "the wheel of this commit exists"
+        return [Cell.of("not_applicable", why)]
+    if stage in (Stage.determinism, Stage.numerics) and jobs:
+        return [Cell.of("skipped", "no GPU job: no runner family was selected for this build")]
+    return [Cell.of("pending", "no job yet")]
+
+
+def _subject_from_checks(checks: list[CheckView]) -> Cell | None:
+    covered = [c for c in checks if c.status in _COVERED]
+    if covered:
+        state = worst(c.status for c in covered)
+        reasons = [c.detail for c in covered if c.status == state]
+        return Cell.of(state, reasons[0] if reasons else "")
+    return None
+
+
+def subject_cell(
+    name: str,
+    *,
+    cancelled: bool,
+    jobs: Sequence[JobView],
+    checks: list[CheckView],
+    cap: CapView | None,
+    alive: set[str],
+) -> Cell:
+    """A subject's determinism verdict across the build's jobs (covered on any job counts)."""
+    got = _subject_from_checks(checks)
+    if got is not None:
+        return got
+    if cancelled:
+        return Cell.of("cancelled", "the build was cancelled")
+    families = SUBJECTS[name].families if name in SUBJECTS else ()
+    if cap is not None and not (cap.importable and cap.present):
+        why = cap.error if not cap.importable else f"this build has no '{cap.knob}'"
+        return Cell.of("not_applicable", why or "not in this build")
+    active = [
+        j
+        for j in jobs
+        if j.kind == JobKind.gpu and j.family in families and j.state in ACTIVE_JOB_STATES
+    ]
+    if any(j.state == JobState.leased for j in active):
+        runner = next(j.runner for j in active if j.state == JobState.leased)
+        return Cell.of("running", f"on {runner}" if runner else "")
+    queued = [j for j in active if j.state == JobState.queued]
+    if queued and not any(j.family in alive for j in queued):
+        family = queued[0].family
+        return Cell("waiting", waiting_text(family), f"no {family} runner is alive")
+    if active:
+        return Cell.of("pending", "queued")
+    skipped = [c for c in checks if c.status == Status.skipped]
+    if skipped:
+        return Cell.of("skipped", "; ".join(sorted({c.detail for c in skipped})))
+    if checks:
+        return Cell.of("not_applicable", checks[0].detail)
+    if cap is None:
+        if any(j.state in ACTIVE_JOB_STATES for j in jobs):
+            return Cell.of("pending", "not probed yet")
+        return Cell.of("skipped", "not run: no probe result")
+    return Cell.of("skipped", f"skipped: no {' or '.join(families) or 'GPU'} runner")
+
+
+def verdict_cell(verdict: str, reason: str, jobs: Sequence[JobView]) -> Cell:
+    if verdict == Verdict.pending and any(j.state == JobState.leased for j in jobs):
+        return Cell.of("running", reason)
+    return Cell.of(verdict, reason)

@@ -1,0 +1,96 @@
+"""JUnit XML from a build report, so other CI tools can read the results.
+
+One ``testsuite`` per job and stage, one ``testcase`` per check (a stage without checks is one
+testcase itself, so a failed install shows), and one suite for the build's findings of severity
+``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``, ``timeout``, ``crashed`` and
+``inconclusive`` -> ``<error type=...>`` (commit statuses call inconclusive an error too);
+``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree as ET
+
+from runner.wire import BuildReport, JobReport, Severity, StageResult, Status
+
+_ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
+_SKIPS = {Status.skipped, Status.not_applicable}
+# Characters XML 1.0 cannot carry (ANSI escapes in a log tail, for one).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _text(value: str) -> str:
+    return _NOT_XML.sub("\ufffd", value)
+
+
+def _case(suite: ET.Element, classname: str, name: str, status: Status, detail: str) -> str:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
+    detail = _text(detail)
+    message = detail or status.value
+    if status == Status.fail:
+        ET.SubElement(case, "failure", message=message, type="fail").text = detail
+    elif status in _ERRORS:
+        ET.SubElement(case, "error", message=message, type=status.value).text = detail
+    elif status in _SKIPS:
+        ET.SubElement(case, "skipped", message=f"{status.value}: {detail}".rstrip(": "))
+    return status.value
+
+
+def _job_name(job: JobReport) -> str:
+    return f"{job.kind.value}-{job.family}" if job.family else job.kind.value
+
+
+def _stage_suite(root: ET.Element, build: BuildReport, job: JobReport, stage: StageResult) -> None:
+    classname = f"fe_ci.build{build.id}.{_job_name(job)}.{stage.name.value}"
+    name = f"{_job_name(job)}/{stage.name.value}"
+    suite = ET.SubElement(root, "testsuite", name=name, time=f"{stage.duration_s:.3f}")
+    props = ET.SubElement(suite, "properties")
+    for key, value in (
+        ("job_id", str(job.id)),
+        ("runner", job.runner or ""),
+        ("stage_status", stage.status.value),
+        ("stage_reason", _text(stage.reason)),
+    ):
+        ET.SubElement(props, "property", name=key, value=value)
+    ET.SubElement(props, "property", name="verdict", value=build.verdict.value)
+    cases = stage.checks or []
+    outcomes = [_case(suite, classname, c.name, c.status, c.detail) for c in cases]
+    if not cases:
+        outcomes.append(_case(suite, classname, stage.name.value, stage.status, stage.reason))
+    _count(suite, outcomes)
+    if stage.log_tail:
+        ET.SubElement(suite, "system-out").text = _text(stage.log_tail)
+
+
+def _count(suite: ET.Element, outcomes: list[str]) -> None:
+    suite.set("tests", str(len(outcomes)))
+    suite.set("failures", str(sum(o == Status.fail for o in outcomes)))
+    suite.set("errors", str(sum(o in _ERRORS for o in outcomes)))
+    suite.set("skipped", str(sum(o in _SKIPS for o in outcomes)))
+
+
+def junit_xml(build: BuildReport) -> bytes:
+    title = f"fe-ci build {build.id} {build.version or ''}: {build.verdict.value}"
+    root = ET.Element("testsuites", name=_text(title))
+    for job in build.jobs:
+        for stage in job.stages:
+            _stage_suite(root, build, job, stage)
+    errors = [f for f in build.findings if f.severity == Severity.error]
+    if errors:
+        suite = ET.SubElement(root, "testsuite", name="findings", time="0")
+        outcomes = [
+            _case(
+                suite,
+                f"fe_ci.build{build.id}.findings",
+                f"{f.kind}.{f.subject or 'build'}",
+                Status.fail,
+                f.message,
+            )
+            for f in errors
+        ]
+        _count(suite, outcomes)
+    suites = root.findall("testsuite")
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

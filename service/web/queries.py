@@ -1,0 +1,262 @@
+"""The grid's data: one page of builds and what their cells need, in a fixed handful of queries.
+
+A page costs six SELECTs whatever its size (builds, jobs with runners, stages, determinism checks,
+findings, capabilities) plus one for the alive families; no build report per row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from runner.inside.registry import SUBJECTS
+from runner.wire import STAGE_ORDER, Stage
+from service.config import Settings
+from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
+from service.queue import alive_families
+from service.web.cells import (
+    CapView,
+    Cell,
+    CheckView,
+    JobView,
+    StageView,
+    build_status,
+    stage_cells,
+    subject_cell,
+    verdict_cell,
+)
+
+PAGE_SIZE = 50
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass
+class FindingView:
+    severity: str
+    kind: str
+    subject: str | None
+    message: str
+
+
+@dataclass
+class GridRow:
+    id: int
+    source: str
+    version: str | None
+    filename: str | None
+    repo: str | None
+    commit: str | None
+    branch: str | None
+    message: str | None
+    submitted_by: str | None
+    created_at: datetime
+    status: str
+    verdict: Cell
+    stages: dict[str, list[Cell]]
+    subjects: dict[str, Cell]
+    findings: list[FindingView] = field(default_factory=list)
+
+    @property
+    def severity_counts(self) -> list[tuple[str, int]]:
+        counts = Counter(f.severity for f in self.findings)
+        return [(s, counts[s]) for s in SEVERITIES if counts[s]]
+
+    @property
+    def worst_severity(self) -> str | None:
+        return next((s for s, _ in self.severity_counts), None)
+
+
+@dataclass
+class GridPage:
+    rows: list[GridRow]
+    next_cursor: int | None
+
+
+def filtered_builds(
+    *, cursor: int | None, source: str | None, branch: str | None, verdict: str | None
+) -> Select[Any]:
+    stmt: Select[Any] = select(Build).order_by(Build.id.desc())
+    if cursor is not None:
+        stmt = stmt.where(Build.id < cursor)
+    if source:
+        stmt = stmt.where(Build.source == source)
+    if branch:
+        stmt = stmt.where(Build.branch == branch)
+    if verdict:
+        stmt = stmt.where(Build.verdict == verdict)
+    return stmt
+
+
+def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]]:
+    """Jobs of these builds with their stage rows (no log tails), grouped by build."""
+    if not build_ids:
+        return {}
+    stmt = (
+        select(
+            Job.id,
+            Job.build_id,
+            Job.kind,
+            Job.family,
+            Job.stages,
+            Job.state,
+            Job.reason,
+            Job.attempt,
+            Runner.name,
+            Job.started_at,
+            Job.finished_at,
+        )
+        .outerjoin(Runner, Runner.id == Job.runner_id)
+        .where(Job.build_id.in_(build_ids))
+        .order_by(Job.id)
+    )
+    jobs = {row[0]: JobView(*row) for row in session.execute(stmt)}
+    if jobs:
+        stages = select(
+            StageRow.job_id,
+            StageRow.name,
+            StageRow.status,
+            StageRow.reason,
+            StageRow.duration_s,
+            StageRow.created_at,
+        ).where(StageRow.job_id.in_(list(jobs)))
+        for row in session.execute(stages):
+            jobs[row[0]].rows[row[1]] = StageView(*row)
+    out: dict[int, list[JobView]] = defaultdict(list)
+    for job in jobs.values():
+        out[job.build_id].append(job)
+    return out
+
+
+def load_subject_checks(session: Session, job_ids: list[int]) -> dict[int, list[CheckView]]:
+    """The ``<subject>.deterministic`` checks of the determinism stages, by job."""
+    if not job_ids:
+        return {}
+    stmt = (
+        select(StageRow.job_id, CheckRow.name, CheckRow.status, CheckRow.detail)
+        .join(StageRow, StageRow.id == CheckRow.stage_id)
+        .where(StageRow.job_id.in_(job_ids), StageRow.name == Stage.determinism)
+        .where(CheckRow.name.like("%.deterministic"))
+    )
+    out: dict[int, list[CheckView]] = defaultdict(list)
+    for row in session.execute(stmt):
+        out[row[0]].append(CheckView(*row))
+    return out
+
+
+def load_findings(session: Session, build_ids: list[int]) -> dict[int, list[FindingView]]:
+    stmt = select(
+        FindingRow.build_id,
+        FindingRow.severity,
+        FindingRow.kind,
+        FindingRow.subject,
+        FindingRow.message,
+    ).where(FindingRow.build_id.in_(build_ids))
+    out: dict[int, list[FindingView]] = defaultdict(list)
+    for build_id, severity, kind, subject, message in session.execute(stmt):
+        out[build_id].append(FindingView(severity, kind, subject, message))
+    return out
+
+
+def load_caps(session: Session, build_ids: list[int]) -> dict[int, dict[str, CapView]]:
+    """One capability per subject and build; a job whose probe read the knob wins."""
+    stmt = select(
+        CapabilityRow.build_id,
+        CapabilityRow.subject,
+        CapabilityRow.importable,
+        CapabilityRow.present,
+        CapabilityRow.error,
+        CapabilityRow.knob,
+        CapabilityRow.method,
+    ).where(CapabilityRow.build_id.in_(build_ids))
+    out: dict[int, dict[str, CapView]] = defaultdict(dict)
+    for build_id, subject, importable, present, error, knob, method in session.execute(stmt):
+        held = out[build_id].get(subject)
+        if held is None or method:
+            out[build_id][subject] = CapView(subject, importable, present, error, knob)
+    return out
+
+
+def alive(session: Session, settings: Settings, now: datetime) -> set[str]:
+    return set(alive_families(session, settings, now))
+
+
+def grid_page(
+    session: Session,
+    settings: Settings,
+    now: datetime,
+    *,
+    cursor: int | None = None,
+    source: str | None = None,
+    branch: str | None = None,
+    verdict: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> GridPage:
+    stmt = filtered_builds(cursor=cursor, source=source, branch=branch, verdict=verdict)
+    builds: list[Build] = list(session.scalars(stmt.limit(limit + 1)))
+    more = len(builds) > limit
+    builds = builds[:limit]
+    ids = [b.id for b in builds]
+    jobs = load_jobs(session, ids)
+    checks = load_subject_checks(session, [j.id for js in jobs.values() for j in js])
+    findings = load_findings(session, ids) if ids else {}
+    caps = load_caps(session, ids) if ids else {}
+    alive_ = alive(session, settings, now)
+    rows = [
+        grid_row(b, jobs.get(b.id, []), checks, findings.get(b.id, []), caps.get(b.id, {}), alive_)
+        for b in builds
+    ]
+    return GridPage(rows=rows, next_cursor=builds[-1].id if more else None)
+
+
+def grid_row(
+    build: Build,
+    jobs: list[JobView],
+    checks: dict[int, list[CheckView]],
+    findings: list[FindingView],
+    caps: dict[str, CapView],
+    families: set[str],
+) -> GridRow:
+    cancelled = build.cancelled_at is not None
+    build_checks = [c for j in jobs for c in checks.get(j.id, [])]
+    return GridRow(
+        id=build.id,
+        source=build.source,
+        version=build.version,
+        filename=build.filename,
+        repo=build.repo,
+        commit=build.commit,
+        branch=build.branch,
+        message=build.message,
+        submitted_by=build.submitted_by,
+        created_at=build.created_at,
+        status=build_status(cancelled, jobs).value,
+        verdict=verdict_cell(build.verdict, build.verdict_reason, jobs),
+        stages={
+            s.value: stage_cells(
+                source=build.source, cancelled=cancelled, stage=s, jobs=jobs, alive=families
+            )
+            for s in STAGE_ORDER
+        },
+        subjects={
+            name: subject_cell(
+                name,
+                cancelled=cancelled,
+                jobs=jobs,
+                checks=[c for c in build_checks if c.subject == name],
+                cap=caps.get(name),
+                alive=families,
+            )
+            for name in SUBJECTS
+        },
+        findings=sorted(findings, key=lambda f: SEVERITIES.index(f.severity)),
+    )
+
+
+def lease_window(settings: Settings) -> timedelta:
+    """A runner is alive when seen within two lease periods."""
+    return timedelta(seconds=2 * settings.lease_seconds)

@@ -1,0 +1,233 @@
+"""``/trends``: per subject, across builds, the control arm's variation and the deterministic arm's
+verdict, and stage durations, as server-rendered SVG (no JavaScript needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from runner.inside.registry import SUBJECTS
+from runner.wire import STAGE_ORDER, Stage
+from service.deps import SessionDep
+from service.models import Build, CheckRow, DriftRowDB, Job, StageRow
+from service.web.templating import templates
+
+router = APIRouter(include_in_schema=False)
+
+WIDTH, HEIGHT = 640, 160
+PAD_L, PAD_R, PAD_T, PAD_B = 58, 12, 10, 26
+FAMILY_COLOURS = {"sm_80": "#7a5cc4", "sm_90": "#1f6fd1", "sm_100": "#d16f1f", None: "#556070"}
+STAGE_COLOURS = {
+    "build": "#7a5cc4",
+    "install": "#556070",
+    "probe": "#1f9e8f",
+    "determinism": "#1f6fd1",
+    "numerics": "#d16f1f",
+    "refusal": "#b8336a",
+}
+VERDICT_LETTER = {
+    "pass": "P",
+    "fail": "F",
+    "inconclusive": "I",
+    "error": "E",
+    "timeout": "T",
+    "crashed": "C",
+    "skipped": "S",
+    "not_applicable": "-",
+}
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+    title: str
+
+
+@dataclass
+class Series:
+    label: str
+    colour: str
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def polyline(self) -> str:
+        return " ".join(f"{p.x:.1f},{p.y:.1f}" for p in self.points)
+
+
+@dataclass
+class Mark:
+    x: float
+    y: float
+    state: str
+    letter: str
+    title: str
+
+
+@dataclass
+class Chart:
+    title: str
+    builds: list[int]
+    y_max: float
+    y_unit: str
+    series: list[Series] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    rows: list[str] = field(default_factory=list)  # row labels of a mark strip
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    def x(self, build_id: int) -> float:
+        span = self.width - PAD_L - PAD_R
+        if len(self.builds) < 2:
+            return PAD_L + span / 2
+        return PAD_L + span * self.builds.index(build_id) / (len(self.builds) - 1)
+
+    def y(self, value: float) -> float:
+        span = self.height - PAD_T - PAD_B
+        return PAD_T + span * (1 - min(value, self.y_max) / (self.y_max or 1))
+
+    @property
+    def y_ticks(self) -> list[tuple[float, str]]:
+        fmt = "{:.0%}" if self.y_unit == "share" else "{:.3g} s"
+        return [(self.y(v), fmt.format(v)) for v in (0, self.y_max / 2, self.y_max)]
+
+    @property
+    def x_ticks(self) -> list[tuple[float, str]]:
+        step = max(1, len(self.builds) // 8)
+        return [(self.x(b), f"#{b}") for b in self.builds[::step]]
+
+
+def recent_builds(session: Session, limit: int) -> list[int]:
+    """The newest builds that measured drift, oldest first (the charts' x axis)."""
+    ids = session.scalars(
+        select(DriftRowDB.build_id).distinct().order_by(DriftRowDB.build_id.desc()).limit(limit)
+    )
+    return sorted(ids)
+
+
+def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
+    chart = Chart(f"{subject}: control arm (knob off), differing / runs", builds, 1.0, "share")
+    stmt = (
+        select(
+            DriftRowDB.build_id,
+            DriftRowDB.family,
+            func.max(DriftRowDB.differing * 1.0 / DriftRowDB.runs),
+            func.max(DriftRowDB.runs),
+            func.max(DriftRowDB.differing),
+        )
+        .where(DriftRowDB.subject == subject, DriftRowDB.arm == "control")
+        .where(DriftRowDB.build_id.in_(builds), DriftRowDB.runs > 0)
+        .group_by(DriftRowDB.build_id, DriftRowDB.family)
+        .order_by(DriftRowDB.build_id)
+    )
+    by_family: dict[str | None, Series] = {}
+    for build_id, family, share, runs, differing in session.execute(stmt):
+        series = by_family.setdefault(
+            family, Series(family or "?", FAMILY_COLOURS.get(family, "#556070"))
+        )
+        title = f"build {build_id} {family}: {differing} of {runs} runs differ ({share:.0%})"
+        series.points.append(Point(chart.x(build_id), chart.y(float(share)), title))
+    chart.series = [by_family[f] for f in sorted(by_family, key=str)]
+    return chart
+
+
+def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Chart:
+    """One row of marks per family: the ``<subject>.deterministic`` check's status per build."""
+    stmt = (
+        select(Job.build_id, Job.family, CheckRow.status, CheckRow.detail)
+        .join(StageRow, StageRow.id == CheckRow.stage_id)
+        .join(Job, Job.id == StageRow.job_id)
+        .where(Job.build_id.in_(builds), StageRow.name == Stage.determinism)
+        .where(CheckRow.name == f"{subject}.deterministic")
+        .where(CheckRow.status.not_in(["skipped", "not_applicable"]))
+    )
+    found = list(session.execute(stmt))
+    families = sorted({f for _, f, _, _ in found}, key=str)
+    chart = Chart(
+        f"{subject}: deterministic arm (knob on), verdict",
+        builds,
+        1.0,
+        "marks",
+        height=PAD_T + PAD_B + 22 * max(1, len(families)),
+    )
+    chart.rows = [f or "?" for f in families]
+    for build_id, family, status, detail in found:
+        row = families.index(family)
+        chart.marks.append(
+            Mark(
+                chart.x(build_id),
+                PAD_T + 22 * row + 11,
+                status,
+                VERDICT_LETTER.get(status, "?"),
+                f"build {build_id} {family}: {status}: {detail[:300]}",
+            )
+        )
+    return chart
+
+
+def duration_charts(session: Session, builds: list[int]) -> list[Chart]:
+    """One small chart per stage (each on its own scale): the longest job's duration per build."""
+    stmt = (
+        select(Job.build_id, StageRow.name, func.max(StageRow.duration_s))
+        .join(Job, Job.id == StageRow.job_id)
+        .where(Job.build_id.in_(builds))
+        .group_by(Job.build_id, StageRow.name)
+        .order_by(Job.build_id)
+    )
+    by_stage: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for build_id, name, duration in session.execute(stmt):
+        by_stage[name].append((build_id, float(duration)))
+    charts = []
+    for stage in STAGE_ORDER:
+        found = by_stage.get(stage.value)
+        if not found:
+            continue
+        y_max = max(d for _, d in found) or 1.0
+        chart = Chart(f"{stage.value} (s)", builds, y_max, "seconds", width=420, height=130)
+        series = Series(stage.value, STAGE_COLOURS[stage.value])
+        for build_id, duration in found:
+            title = f"build {build_id} {stage.value}: {duration:.1f} s"
+            series.points.append(Point(chart.x(build_id), chart.y(duration), title))
+        chart.series = [series]
+        charts.append(chart)
+    return charts
+
+
+def versions(session: Session, builds: list[int]) -> dict[int, str]:
+    rows = session.execute(select(Build.id, Build.version).where(Build.id.in_(builds)))
+    return {i: v or "?" for i, v in rows}
+
+
+@router.get("/trends", response_class=HTMLResponse)
+def read_trends(
+    request: Request,
+    session: SessionDep,
+    builds: Annotated[int, Query(ge=2, le=200)] = 40,
+) -> HTMLResponse:
+    """Drift and durations across the newest builds, per subject."""
+    ids = recent_builds(session, builds)
+    charts = defaultdict(list)
+    if ids:
+        for name in SUBJECTS:
+            charts[name] = [
+                control_chart(session, name, ids),
+                deterministic_chart(session, name, ids),
+            ]
+    return templates.TemplateResponse(
+        request,
+        "trends.html",
+        {
+            "ids": ids,
+            "charts": dict(charts),
+            "durations": duration_charts(session, ids) if ids else [],
+            "versions": versions(session, ids),
+            "limit": builds,
+            "dims": {"l": PAD_L, "r": PAD_R, "t": PAD_T, "b": PAD_B},
+        },
+    )

@@ -1,0 +1,296 @@
+"""Every branch of the determinism verdict, on CPU, with real torch reductions.
+
+The workloads here are real float32 computations whose summation order the test controls: a
+matrix-vector product whose reduction runs in a seeded permutation of its columns. With the
+"knob" honoured the order is fixed; without it each call draws a new order, which changes the
+rounding and so the bytes. No cuDNN is involved: this is the harness, not a subject.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.inside import determinism, stats
+from runner.inside.determinism import Settings, measure_subject
+from runner.inside.subjects.base import Config, Tolerance
+from runner.wire import DriftRow, StageResult
+
+CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Reduction:
+    """out[i] = sum_j w[i, j] * x[j], summed in an order the test chooses per call."""
+
+    w: torch.Tensor
+    x: torch.Tensor
+    honours_knob: bool = True
+    # given the call number (warm-ups included), should the knob-off order be shuffled?
+    shuffle_when: Callable[[int], bool] = lambda _call: True
+    calls: int = 0
+    tolerances: dict[str, Tolerance] = field(
+        default_factory=lambda: {"out": Tolerance(atol=1e-4, rtol=1e-4)}
+    )
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        call, self.calls = self.calls, self.calls + 1
+        n = self.x.numel()
+        if (knob and self.honours_knob) or not self.shuffle_when(call):
+            order = torch.arange(n)
+        else:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(1000 + call))
+        return {"out": (self.w[:, order] * self.x[order]).sum(dim=1)}
+
+    def reference(self) -> dict[str, torch.Tensor]:
+        return {"out": (self.w.double() @ self.x.double()).float()}
+
+
+def _floats(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(64, n, generator=gen), torch.randn(n, generator=gen)
+
+
+def _integers(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # small integers: every partial sum is exact in float32, so no order changes the result
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randint(-3, 4, (64, n), generator=gen).float()
+    return w, torch.randint(-3, 4, (n,), generator=gen).float()
+
+
+@dataclass
+class FakeSubject:
+    """A subject made of Reduction workloads; ``make`` builds one per config name."""
+
+    make: Callable[[str], Reduction]
+    names: tuple[str, ...] = ("only",)
+    name: str = "cpu_reduction"
+    prepared: list[str] = field(default_factory=list)
+
+    @property
+    def configs(self) -> tuple[Config, ...]:
+        return tuple(Config(n, {"size": i}) for i, n in enumerate(self.names))
+
+    def prepare(self, config: Config, device: torch.device) -> Reduction:
+        self.prepared.append(config.name)
+        return self.make(config.name)
+
+
+def _measure(subject: FakeSubject, start: str | None = None, **kw: object):
+    settings = Settings(**{"repeats": 8, "max_repeats": 64, "luck_target": 1e-3, **kw})  # type: ignore[arg-type]
+    return measure_subject(subject, CPU, settings, start_config=start)
+
+
+def _det_rows(outcome) -> list[DriftRow]:
+    rows = [DriftRow.model_validate(r) for r in outcome.drift]
+    return [r for r in rows if r.arm == "deterministic"]
+
+
+def test_exact_with_a_varying_control_passes() -> None:
+    subject = FakeSubject(lambda _n: Reduction(*_floats(4096, 1)))
+    out = _measure(subject)
+    assert out.check["status"] == "pass", out.check["detail"]
+    metrics = out.check["metrics"]
+    assert metrics["control"]["varying"] == 7  # every knob-off run differed from run 0
+    assert metrics["stopped_by"] == "luck_target"
+    assert metrics["luck_probability"] < 1e-3
+    (row,) = _det_rows(out)
+    assert row.differing == 0 and row.distinct == 1 and row.finite
+    control = next(r for r in out.drift if r["arm"] == "control")
+    assert control["distinct"] > 1 and control["max_abs_diff"] > 0
+    assert [c["status"] for c in out.numerics] == ["pass"]
+
+
+def test_exact_with_a_steady_control_is_inconclusive() -> None:
+    subject = FakeSubject(lambda _n: Reduction(*_integers(4096)))
+    out = _measure(subject)
+    assert out.check["status"] == "inconclusive"
+    assert "control never varied" in out.check["detail"]
+    assert out.check["metrics"]["stopped_by"] == "control_steady"
+    assert out.check["metrics"]["luck_probability"] == 1.0
+
+
+def test_run_cap_before_the_luck_target_is_inconclusive() -> None:
+    # the control varies in exactly one run (call 5: two warm-ups, then control run 3)
+    subject = FakeSubject(lambda _n: Reduction(*_floats(4096, 2), shuffle_when=lambda c: c == 5))
+    out = _measure(subject, max_repeats=16)
+    assert out.check["status"] == "inconclusive", out.check["detail"]
+    metrics = out.check["metrics"]
+    assert metrics["control"]["varying"] == 1
+    assert metrics["stopped_by"] == "max_repeats"
+    assert metrics["deterministic_runs"] == 16
+    assert metrics["luck_probability"] == pytest.approx(
+        stats.luck_probability(stats.clopper_pearson_lower(1, 7), 15)
+    )
+    assert "run cap" in out.check["detail"]
+
+
+def test_a_varying_deterministic_arm_fails() -> None:
+    subject = FakeSubject(lambda _n: Reduction(*_floats(4096, 3), honours_knob=False))
+    out = _measure(subject)
+    assert out.check["status"] == "fail"
+    (row,) = _det_rows(out)
+    assert row.differing > 0 and row.distinct > 1 and row.max_abs_diff and row.max_abs_diff > 0
+    assert "deterministic arm varied" in out.check["detail"]
+    assert row.stopped_by == "varied"
+
+
+def test_nan_output_fails_even_when_its_bytes_are_stable() -> None:
+    def make(_n: str) -> Reduction:
+        w, x = _floats(4096, 4)
+        x[17] = math.nan
+        return Reduction(w, x)
+
+    out = _measure(FakeSubject(make))
+    assert out.check["status"] == "fail"
+    assert "non-finite" in out.check["detail"]
+    (row,) = _det_rows(out)
+    assert not row.finite and row.stopped_by == "non_finite"
+    assert [c["status"] for c in out.numerics] == ["fail"]
+
+
+def test_negative_zero_and_positive_zero_are_different_bytes() -> None:
+    # 1e8 + 1 - 1e8 - 0.5 is -0.5 or +0.5 depending on the order of the first three terms; scaled
+    # by 1e-45 it underflows to -0.0 or +0.0, which torch.equal calls equal.
+    w = torch.ones(1, 4)
+    x = torch.tensor([1e8, 1.0, -1e8, -0.5])
+    orders = [torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 1, 3])]
+    values = [(w[:, o] * x[o]).sum(dim=1) * 1e-45 for o in orders]
+    assert values[0].item() == 0.0 and values[1].item() == 0.0
+    assert torch.equal(values[0], values[1])
+    assert determinism.digest(values[0]) != determinism.digest(values[1])
+
+    @dataclass
+    class SignedZero(Reduction):
+        def run(self, knob: bool) -> dict[str, torch.Tensor]:
+            call, self.calls = self.calls, self.calls + 1
+            return {"out": values[call % 2].clone()}
+
+    out = _measure(FakeSubject(lambda _n: SignedZero(w, x)))
+    assert out.check["status"] == "fail"
+    (row,) = _det_rows(out)
+    assert row.differing > 0 and row.distinct == 2
+    assert row.max_abs_diff == 0.0  # no numeric difference at all: only the bytes tell
+
+
+def test_escalation_picks_the_first_config_whose_control_varies() -> None:
+    made = {
+        "ints": lambda: Reduction(*_integers(4096)),
+        "floats_small": lambda: Reduction(*_floats(2048, 5)),
+        "floats_large": lambda: Reduction(*_floats(8192, 6)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = _measure(subject)
+    assert out.check["status"] == "pass"
+    assert out.config == "floats_small"
+    assert subject.prepared == ["ints", "floats_small"]  # never went further than needed
+    history = out.check["metrics"]["escalation"]
+    assert [h["config"] for h in history] == ["ints", "floats_small"]
+    assert history[0]["varying"] == 0 and history[1]["varying"] == 7
+    assert "first config" in out.check["metrics"]["config_reason"]
+    assert all(r["config"]["name"] == "floats_small" for r in out.drift)
+
+
+def test_a_remembered_config_is_kept_while_its_control_varies() -> None:
+    made = {
+        "floats_small": lambda: Reduction(*_floats(2048, 5)),
+        "floats_large": lambda: Reduction(*_floats(8192, 6)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = _measure(subject, start="floats_large")
+    assert out.config == "floats_large" and subject.prepared == ["floats_large"]
+    assert "still varied" in out.check["metrics"]["config_reason"]
+
+
+def test_a_remembered_config_that_stopped_varying_escalates_upward_only() -> None:
+    made = {
+        "floats_small": lambda: Reduction(*_floats(2048, 5)),
+        "ints": lambda: Reduction(*_integers(4096)),  # the remembered one, now steady
+        "floats_large": lambda: Reduction(*_floats(8192, 6)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = _measure(subject, start="ints")
+    assert subject.prepared == ["ints", "floats_large"]  # never shrinks to floats_small
+    assert out.config == "floats_large" and out.check["status"] == "pass"
+
+
+def test_negative_control_never_passes() -> None:
+    # honoured knob: in the negative control the deterministic arm runs knob off and varies
+    honest = FakeSubject(lambda _n: Reduction(*_floats(4096, 8)))
+    assert _measure(honest, negative_control=True).check["status"] == "fail"
+    # a kernel that happens to repeat itself after the control: a pass in the real run, but with
+    # the knob off the same exactness is luck, so the negative control reports inconclusive
+    lucky = lambda _n: Reduction(*_floats(4096, 9), shuffle_when=lambda c: c < 10)  # noqa: E731
+    assert _measure(FakeSubject(lucky)).check["status"] == "pass"
+    out = _measure(FakeSubject(lucky), negative_control=True)
+    assert out.check["status"] == "inconclusive"
+    assert out.check["metrics"]["negative_control"] is True
+    assert "negative control" in out.check["detail"]
+
+
+def test_numerics_fail_when_the_reference_disagrees() -> None:
+    @dataclass
+    class Wrong(Reduction):
+        def reference(self) -> dict[str, torch.Tensor]:
+            return {"out": super().reference()["out"] + 1.0}
+
+    out = _measure(FakeSubject(lambda _n: Wrong(*_floats(1024, 10))))
+    assert out.check["status"] == "pass"  # bit-stable ...
+    (num,) = out.numerics
+    assert num["name"] == "cpu_reduction.out" and num["status"] == "fail"  # ... but wrong
+    assert num["metrics"]["max_abs_err"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_timings_separate_compile_from_runs() -> None:
+    out = _measure(FakeSubject(lambda _n: Reduction(*_floats(1024, 11))))
+    assert out.compile_s >= 0 and out.run_s > 0
+
+
+def test_the_stage_without_a_gpu_is_skipped_and_absent_knobs_not_applicable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    caps = {
+        "sdpa_bwd": {"importable": True, "present": True},
+        "flex_attention_bwd": {"importable": True, "present": False},
+        "grouped_gemm_dsrelu": {"importable": False, "present": False, "error": "ImportError: x"},
+        "grouped_gemm_dglu": {"importable": True, "present": True},
+    }
+    doc = determinism.run(
+        {"capabilities": caps, "compile_cache_dir": str(tmp_path / "cache"), "repeats": 8}
+    )
+    stage = StageResult.model_validate({**doc, "name": "determinism"})
+    assert stage.status == "skipped" and "no CUDA GPU" in stage.reason
+    by_name = {c.name: c for c in stage.checks}
+    assert by_name["sdpa_bwd.deterministic"].status == "skipped"
+    assert by_name["flex_attention_bwd.deterministic"].status == "not_applicable"
+    assert "ImportError" in by_name["grouped_gemm_dsrelu.deterministic"].detail
+    numerics = StageResult.model_validate({**doc["numerics"], "name": "numerics"})
+    assert {c.name for c in numerics.checks} >= {"sdpa_bwd.dq", "grouped_gemm_dsrelu.dbias"}
+    assert doc["negative_control"] is False and doc["compile_cache"]["key"]
+    # dglu is present, but this environment has no frontend to compile it with: a warning, and
+    # no check that could be mistaken for covering the subject
+    (warning,) = stage.findings
+    assert warning.kind == "compile_only_unavailable" and warning.subject == "grouped_gemm_dglu"
+    assert "grouped_gemm_dglu.compile_only" not in by_name
+
+
+def test_the_module_speaks_the_json_stage_protocol(tmp_path: Path) -> None:
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"subjects": ["sdpa_bwd"], "negative_control": True}))
+    result = tmp_path / "result.json"
+    env = {"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "runner.inside.determinism", "--in", str(params)]
+    subprocess.run([*cmd, "--out", str(result)], check=True, env=env, timeout=300)
+    doc = json.loads(result.read_text())
+    assert doc["status"] == "skipped" and doc["negative_control"] is True
+    assert [c["name"] for c in doc["checks"]] == ["sdpa_bwd.deterministic"]

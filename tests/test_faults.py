@@ -1,0 +1,94 @@
+"""Faults a runner survives, with real processes on 127.0.0.1: hangs, crashes, cancellation."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ROOT, Service
+from tests.fakewheels import HANG, SEGFAULT, make_wheel
+from tests.test_protocol import submit_wheel
+
+
+def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "runner", *args],
+        env=svc.runner_env(FE_CI_RUNNER_NAME="r1", **env),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "runner.log", "ab"),
+    )
+
+
+def wait_for(svc: Service, build_id: int, pred, timeout: float = 240) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+        if pred(r):
+            return r
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting on build {build_id}: {r}")
+
+
+def stage(r: dict, name: str) -> dict:
+    return next(s for j in r["jobs"] for s in j["stages"] if s["name"] == name)
+
+
+def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service()
+    hang = submit_wheel(svc, make_wheel(tmp_path / "w1", "9.0.1", HANG))
+    crash = submit_wheel(svc, make_wheel(tmp_path / "w2", "9.0.2", SEGFAULT))
+    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="4")
+    try:
+        r1 = wait_for(svc, hang, lambda r: r["status"] == "finished")
+        r2 = wait_for(svc, crash, lambda r: r["status"] == "finished")
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
+    probe = stage(r1, "probe")
+    assert probe["status"] == "timeout" and "killed after" in probe["reason"]
+    assert r1["verdict"] == "error"
+    probe = stage(r2, "probe")
+    assert probe["status"] == "crashed" and "SIGSEGV" in probe["reason"]
+    assert "about to crash" in probe["log_tail"]
+    assert r2["verdict"] == "error"
+    # nothing of the hung stage survives: no process still runs the candidate's import
+    left = subprocess.run(["pgrep", "-f", "runner.inside.probe"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_LEASE_SECONDS="3")
+    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", HANG))
+    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="600")
+    try:
+        wait_for(
+            svc,
+            build_id,
+            lambda r: any(s["name"] == "install" for j in r["jobs"] for s in j["stages"]),
+        )
+        time.sleep(1.0)  # the probe is now hanging in the candidate's import
+        resp = svc.http().post(f"/api/builds/{build_id}/cancel")
+        assert resp.status_code == 200
+        r = wait_for(svc, build_id, lambda r: r["status"] == "cancelled")
+        assert r["verdict"] == "cancelled"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if subprocess.run(
+                ["pgrep", "-f", "runner.inside.probe"], capture_output=True
+            ).returncode:
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the cancelled stage is still running")
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
+    assert "event=job_cancelled" in (tmp_path / "runner.log").read_text()

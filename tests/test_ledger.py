@@ -1,0 +1,126 @@
+"""ledger_findings: the version a build reports against the features it has (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import ledger
+from runner.inside import probe as probe_mod
+from runner.inside.registry import SUBJECTS
+from runner.wire import Severity
+
+DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
+
+
+def only(version: str, has: bool | None) -> list[tuple[str, Severity]]:
+    return [
+        (f.kind, f.severity)
+        for f in ledger.ledger_findings(version, {DSRELU: has})
+        if f.subject == "grouped_gemm_dsrelu"
+    ]
+
+
+MISMATCH = [("version_feature_mismatch", Severity.error)]
+PREDATES = [("feature_predates_version", Severity.warning)]
+
+
+def test_a_version_that_claims_a_missing_knob_is_an_error() -> None:
+    (f,) = ledger.ledger_findings("1.28.0", {DSRELU: False})
+    assert (f.kind, f.severity, f.subject) == (
+        "version_feature_mismatch",
+        Severity.error,
+        "grouped_gemm_dsrelu",
+    )
+    assert f.message == (
+        "reports 1.28.0 but grouped_gemm_dsrelu_wrapper_sm100 has no 'deterministic' parameter "
+        "(documented from 1.28.0): a consumer's version gate would call a knob that is not there"
+    )
+
+
+def test_a_knob_older_than_its_version_is_a_warning() -> None:
+    (f,) = ledger.ledger_findings("1.27.0", {DSRELU: True})
+    assert (f.kind, f.severity) == ("feature_predates_version", Severity.warning)
+    assert f.message.startswith(
+        "reports 1.27.0 but grouped_gemm_dsrelu_wrapper_sm100 already takes 'deterministic'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "has"), [("1.28.0", True), ("1.27.0", False), ("1.32.0", True)]
+)
+def test_agreement_gives_nothing(version: str, has: bool) -> None:
+    assert only(version, has) == []
+
+
+@pytest.mark.parametrize("version", ["1.27.0", "1.28.0", "1.28.0.dev0"])
+def test_unknown_features_give_nothing(version: str) -> None:
+    assert ledger.ledger_findings(version, {DSRELU: None}) == []
+    assert ledger.ledger_findings(version, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "has", "expected"),
+    [
+        # a pre-release or dev build of 1.28.0 is on its way there: no claim, no predating
+        ("1.28.0.dev0", True, []),
+        ("1.28.0.dev0", False, []),
+        ("1.28.0rc1", False, []),
+        # post releases, local builds and dev builds of a later release claim 1.28.0
+        ("1.28.0.post1", False, MISMATCH),
+        ("1.28.0+g1a2b3c", False, MISMATCH),
+        ("1.28.1.dev0", False, MISMATCH),
+        ("1.28.0+g1a2b3c", True, []),
+        # a dev build of an earlier release predates it (the seed's feature branch)
+        ("1.27.1.dev3", True, PREDATES),
+        ("1.27.0+feature", True, PREDATES),
+        ("1.27.0rc1", False, []),
+    ],
+)
+def test_dev_and_local_versions(version: str, has: bool, expected: list) -> None:
+    assert only(version, has) == expected
+
+
+def test_an_unparseable_version_gives_nothing() -> None:
+    assert ledger.ledger_findings("not-a-version", {DSRELU: False}) == []
+
+
+def test_the_ledger_records_the_documented_releases() -> None:
+    since = {f.id: f.since for f in ledger.load_ledger()}
+    assert since == {
+        "grouped_gemm_dsrelu.deterministic": "1.28.0",
+        "grouped_gemm_quant.optional_prob_tensor": "1.27.0",
+        "flex_attention_bwd.deterministic": "1.29.0",
+        "grouped_gemm_dglu.deterministic": "1.29.1",
+        "sdpa_bwd.use_deterministic_algorithm": "1.5.0",
+    }
+    assert all(f.source and f.evidence and f.entry_points for f in ledger.load_ledger())
+
+
+def test_every_subject_knob_is_in_the_ledger_and_the_probe_reads_the_same_file() -> None:
+    ids = {f.id for f in ledger.load_ledger()}
+    assert {f"{s.name}.{s.knob}" for s in SUBJECTS.values()} <= ids
+    assert [f["id"] for f in probe_mod.load_ledger()] == [f.id for f in ledger.load_ledger()]
+    for f in ledger.load_ledger():
+        subject = SUBJECTS.get(f.subject)
+        if subject is not None and f.detect.get("parameter") == subject.knob:
+            assert f.entry_points[0] == subject.entry_point
+
+
+def test_messages_come_from_the_ledger_entry() -> None:
+    entry = ledger.LedgerFeature(
+        id="x.optional_y",
+        subject="x",
+        entry_points=("cudnn.x",),
+        detect={"method": "doc_pattern", "pattern": "y: Optional"},
+        since="2.0.0",
+        has="x already documents y as optional",
+        lacks="x still requires y",
+        mismatch_effect="a gated caller would omit y and fail",
+        source="test",
+    )
+    (f,) = ledger.ledger_findings("2.1.0", {"x.optional_y": False}, (entry,))
+    assert f.message == (
+        "reports 2.1.0 but x still requires y (documented from 2.0.0): "
+        "a gated caller would omit y and fail"
+    )
+    assert ledger.ledger_findings("2.1.0", {"x.optional_y": True}, (entry,)) == []
