@@ -46,7 +46,7 @@ def test_wheel_probed_by_a_runner_and_shown(make_service) -> None:  # type: igno
     )
     assert caps["grouped_gemm_dglu"]["default"] == "False"
     assert caps["sdpa_bwd"]["method"] == "docstring"
-    assert caps["flex_attention_bwd"]["present"]
+    assert caps["flex_attention_bwd"]["present"], caps["flex_attention_bwd"]
     kinds = {f["kind"] for f in r["findings"]}
     assert "default_ignores_torch_flag" in kinds
     # the dashboard shows it

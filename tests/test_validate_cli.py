@@ -105,7 +105,10 @@ def test_previous_report_turns_a_lost_knob_into_a_regression(tmp_path: Path) -> 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     findings = json.loads(out.read_text())["findings"]
     lost = {f["subject"] for f in findings if f["kind"] == "feature_regression"}
-    assert {"grouped_gemm_dsrelu", "flex_attention_bwd"} <= lost
+    assert {"grouped_gemm_dsrelu", "flex_attention_bwd"} <= lost, (
+        json.loads(newer.read_text())["capabilities"],
+        findings,
+    )
 
 
 def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
