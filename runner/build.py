@@ -107,6 +107,30 @@ def export_tree(mirror: Path, sha: str, dest: Path) -> Path:
     return dest
 
 
+# The first line that says what went wrong, under pip's and setuptools' wrapping of it.
+_ERROR_LINE = re.compile(
+    r"^\s*(CMake Error\b.*|.*\bfatal error:.*|.*\berror: (?!subprocess-exited).*)$"
+)
+_WRAPPER_NOISE = ("Failed building wheel", "Failed to build", "ERROR: Failed")
+
+
+def first_error(log: Path, *, context: int = 3, limit: int = 400) -> str:
+    """The build's first error and the lines that explain it (a CMake message is indented under
+    its ``CMake Error at ...`` line), in one line: the log's tail is pip's traceback, not the cause.
+    """
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for i, line in enumerate(lines):
+        if _ERROR_LINE.match(line) and not any(n in line for n in _WRAPPER_NOISE):
+            picked = [line.strip()]
+            picked += [x.strip() for x in lines[i + 1 : i + 1 + context] if x.strip()]
+            text = " ".join(picked)
+            return text if len(text) <= limit else text[: limit - 3] + "..."
+    return ""
+
+
 def build_requirements(src: Path) -> list[str]:
     pyproject = src / "pyproject.toml"
     if not pyproject.is_file():
@@ -143,6 +167,9 @@ def build_wheel(
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     child = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # As an isolated build would: the build requirements' scripts (cmake, ninja) come first, and
+    # CMake finds their packages (pybind11's config) from that prefix.
+    child["PATH"] = os.pathsep.join([str(env.root / "bin"), os.environ.get("PATH", os.defpath)])
     dlpack = os.environ.get("FETCHCONTENT_SOURCE_DIR_DLPACK")
     if dlpack:
         child["FETCHCONTENT_SOURCE_DIR_DLPACK"] = dlpack
@@ -166,7 +193,9 @@ def build_wheel(
         raise BuildFailure("build_failed", f"the build {outcome.describe()}", outcome.log_tail)
     wheels = sorted(out_dir.glob("*.whl"))
     if not outcome.ok or not wheels:
-        raise BuildFailure("build_failed", f"pip wheel {outcome.describe()}", outcome.log_tail)
+        cause = first_error(log)
+        why = f"pip wheel {outcome.describe()}" + (f": {cause}" if cause else "")
+        raise BuildFailure("build_failed", why, outcome.log_tail)
     return wheels[0]
 
 

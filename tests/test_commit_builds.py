@@ -165,3 +165,29 @@ def test_unknown_commit_is_classified(make_service, tmp_path: Path) -> None:  # 
     assert stage["status"] == "error" and stage["reason"].startswith("unknown_commit")
     assert r["jobs"][1]["status"] == "finished" and "no wheel" in r["jobs"][1]["reason"]
     assert r["status"] == "finished" and r["verdict"] == "error"
+
+
+def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(tmp_path: Path) -> None:
+    """The reason carries the build's own first error (a CMake message, as the frontend's build
+    prints one), not pip's wrapping of it; the build runs with its build env's scripts first on
+    PATH, so CMake finds what the build requirements installed (pybind11's config)."""
+    from runner import build
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "setup.py").write_text(
+        "import os, sys\n"
+        "print('PATH0=' + os.environ['PATH'].split(os.pathsep)[0])\n"
+        "print('CMake Error at CMakeLists.txt:39 (find_package):', file=sys.stderr)\n"
+        "print('  Could not find `nvcc` executable in path', file=sys.stderr)\n"
+        "sys.exit(1)\n"
+    )
+    with pytest.raises(build.BuildFailure) as err:
+        build.build_wheel(
+            src, tmp_path / "dist", work=tmp_path, log=tmp_path / "build.log", timeout_s=300
+        )
+    assert err.value.kind == "build_failed"
+    assert "CMake Error at CMakeLists.txt:39" in err.value.message
+    assert "Could not find `nvcc`" in err.value.message
+    log = (tmp_path / "build.log").read_text()
+    assert f"PATH0={tmp_path / 'build-env' / 'bin'}" in log
