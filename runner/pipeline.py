@@ -92,6 +92,24 @@ class Result:
         return [f for s in self.stages for f in s.findings]
 
 
+# Where the CuTe DSL keeps its kernels is the runner's decision (the compile cache, keyed per
+# build, set inside the determinism stage). Inherited from the runner's own environment, these
+# would point a sandboxed candidate at a directory it may not write, and the frontend's
+# flex-attention module, which creates its cache directory on import, would fail to import.
+_RUNNER_OWNED_ENV = (
+    "CUTE_DSL_CACHE_DIR",
+    "FLEX_ATTENTION_CUTE_DSL_CACHE_DIR",
+    "FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED",
+)
+
+
+def candidate_environ(base: dict[str, str], **extra: str) -> dict[str, str]:
+    """The environment of a stage in the candidate's environment: ``base`` less the runner's own."""
+    env = {k: v for k, v in base.items() if k not in _RUNNER_OWNED_ENV}
+    env.update(extra)
+    return env
+
+
 def _private_source(work_dir: Path) -> Path:
     """A copy of the candidate-side package: the candidate sees no other runner code."""
     root = work_dir / "src"
@@ -163,9 +181,12 @@ class Pipeline:
             path.mkdir(parents=True, exist_ok=True)
             sandbox.hand_over(path)
         sandbox.make_reachable(self.python)  # an environment outside the work dir, too
-        env = dict(os.environ)
-        env.update(
-            PYTHONPATH=str(self._src), PYTHONDONTWRITEBYTECODE="1", HOME=str(home), TMPDIR=str(home)
+        env = candidate_environ(
+            dict(os.environ),
+            PYTHONPATH=str(self._src),
+            PYTHONDONTWRITEBYTECODE="1",
+            HOME=str(home),
+            TMPDIR=str(home),
         )
         if stage == Stage.probe:
             env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract

@@ -12,11 +12,14 @@ from tests.conftest import ROOT
 from tests.wheels import candidate_env, registry_wheel
 
 
-def fe_ci(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def fe_ci(
+    *args: str, cwd: Path, timeout: float = 900, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
     env.update(
         {"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": "", "FE_CI_CACHE_DIR": str(cwd / "cache")}
     )
+    env.update(extra_env)
     return subprocess.run(
         [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
@@ -122,3 +125,26 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "unknown stage 'warp'" in proc.stderr
     proc = fe_ci("validate", cwd=tmp_path)
     assert proc.returncode == 2 and "--preinstalled" in proc.stderr
+
+
+def test_the_runners_own_dsl_cache_settings_do_not_reach_the_candidate(tmp_path: Path) -> None:
+    """A runner started with the DSL's cache variables set (pointing where nobody can write)
+    still sees flex attention: those variables are the runner's, not the candidate's."""
+    out = tmp_path / "report.json"
+    proc = fe_ci(
+        "validate",
+        "--preinstalled",
+        "--python",
+        str(candidate_env("1.32.0").python),
+        "--stages",
+        "probe",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+        FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED="1",
+        FLEX_ATTENTION_CUTE_DSL_CACHE_DIR="/dev/null/cache",
+        CUTE_DSL_CACHE_DIR="/dev/null/cache",
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    flex = json.loads(out.read_text())["capabilities"]["flex_attention_bwd"]
+    assert flex["importable"] and flex["present"], flex["error"]
