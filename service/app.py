@@ -11,11 +11,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import db, github, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
+from service.deps import SessionDep
 from service.errors import ApiError, UploadError
 from service.web import views
 
@@ -107,4 +109,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(views.router)
     views.mount_static(app)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz(session: SessionDep) -> dict[str, str]:
+        """Alive and its database answering (the images' health check)."""
+        session.execute(text("SELECT 1"))
+        return {"status": "ok", "database": session.get_bind().dialect.name}
+
     return app
