@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,12 @@ def get_db(request: Request) -> Iterator[Session]:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+# Row ids are INTEGER columns: 32 bits on Postgres, 64 on SQLite. A larger id in a URL is refused
+# as invalid (422) instead of overflowing the database driver (a 500).
+MAX_ID = 2**31 - 1
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+CursorQuery = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 SessionDep = Annotated[Session, Depends(get_db)]
 
 

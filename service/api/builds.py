@@ -10,7 +10,7 @@ from sqlalchemy.orm import selectinload
 
 from runner.wire import BuildReport, BuildsPage, JobState
 from service import notify, queue
-from service.deps import SessionDep, SubmitterDep
+from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Build, Job, utcnow
 from service.report import build_report, summary
@@ -47,7 +47,7 @@ def list_builds(
 @router.get("", response_model=BuildsPage)
 def read_builds(
     session: SessionDep,
-    cursor: Annotated[int | None, Query(ge=1)] = None,
+    cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     source: Annotated[str | None, Query(pattern="^(wheel|commit)$")] = None,
     branch: Annotated[str | None, Query(max_length=300)] = None,
@@ -67,14 +67,14 @@ def get_build(session: SessionDep, build_id: int) -> Build:
 
 
 @router.get("/{build_id}", response_model=BuildReport)
-def read_build(session: SessionDep, build_id: int) -> BuildReport:
+def read_build(session: SessionDep, build_id: IdPath) -> BuildReport:
     """One build's full report: capabilities, findings, jobs and stages, drift, refusal."""
     return build_report(session, get_build(session, build_id))
 
 
 @router.post("/{build_id}/cancel", response_model=BuildReport)
 def cancel_build(
-    request: Request, session: SessionDep, _submitter: SubmitterDep, build_id: int
+    request: Request, session: SessionDep, _submitter: SubmitterDep, build_id: IdPath
 ) -> BuildReport:
     """Cancel a build: queued jobs end, a running stage is stopped at its next heartbeat."""
     build = get_build(session, build_id)

@@ -32,7 +32,7 @@ from runner.wire import (
     StagePost,
 )
 from service import lines, notify, queue, uploads
-from service.deps import RunnerDep, SessionDep, SettingsDep, require_registration
+from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
 from service.models import Artifact, Job, Runner, utcnow
 from service.report import store_stage
@@ -66,7 +66,7 @@ def register_runner(
 
 @router.post("/runners/{runner_id}/revoke", status_code=204)
 def revoke_runner(
-    request: Request, runner_id: int, session: SessionDep, settings: SettingsDep
+    request: Request, runner_id: IdPath, session: SessionDep, settings: SettingsDep
 ) -> Response:
     """Revoke a runner's token (registration token required)."""
     require_registration(request, settings)
@@ -162,7 +162,7 @@ def _leased_job(
 
 @router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAck)
 def heartbeat_job(
-    job_id: int, body: LeasedPost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
+    job_id: IdPath, body: LeasedPost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
 ) -> HeartbeatAck:
     """Extend the lease; the answer says whether the build was cancelled meanwhile."""
     job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
@@ -176,7 +176,7 @@ def heartbeat_job(
 
 @router.post("/jobs/{job_id}/stages", status_code=201)
 def post_stage(
-    job_id: int, body: StagePost, session: SessionDep, runner: RunnerDep
+    job_id: IdPath, body: StagePost, session: SessionDep, runner: RunnerDep
 ) -> dict[str, int]:
     """Store one finished stage of the job (idempotent per stage name)."""
     job = _leased_job(session, runner, job_id, body.lease_token)
@@ -193,7 +193,7 @@ def post_stage(
 
 @router.post("/jobs/{job_id}/finish", response_model=dict[str, str])
 def finish_job(
-    request: Request, job_id: int, body: JobFinish, session: SessionDep, runner: RunnerDep
+    request: Request, job_id: IdPath, body: JobFinish, session: SessionDep, runner: RunnerDep
 ) -> dict[str, str]:
     """End the job; results posted after this are refused."""
     job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
@@ -214,7 +214,7 @@ def finish_job(
 
 @router.get("/jobs/{job_id}/wheel", name="download_wheel")
 def download_wheel(
-    request: Request, job_id: int, session: SessionDep, runner: RunnerDep
+    request: Request, job_id: IdPath, session: SessionDep, runner: RunnerDep
 ) -> FileResponse:
     """The build's wheel, for the runner holding the job's lease (``X-Lease-Token``)."""
     job = _leased_job(session, runner, job_id, request.headers.get("x-lease-token", ""))
@@ -229,7 +229,7 @@ def download_wheel(
 
 
 @router.post("/jobs/{job_id}/artifact", status_code=201, name="upload_artifact")
-async def upload_artifact(request: Request, job_id: int, runner: RunnerDep) -> dict[str, str]:
+async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -> dict[str, str]:
     """A build job's wheel (multipart field ``wheel``), kept by (commit, Python tag)."""
     token = request.headers.get("x-lease-token", "")
     python_tag = request.headers.get("x-python-tag", "")

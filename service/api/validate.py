@@ -15,13 +15,14 @@ from runner.wire import BuildAccepted
 from service import notify, queue, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep
-from service.errors import BadRequest
+from service.errors import BadRequest, UploadTooLarge
 from service.models import Build
 
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+MAX_JSON_BYTES = 64 * 1024  # {"commit": "<40 hex>"} is 52 bytes
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -55,8 +56,21 @@ def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted
         return BuildAccepted(build_id=build.id, url=f"/builds/{build.id}")
 
 
+async def _read_json(request: Request) -> bytes:
+    """The JSON body, refused once it passes MAX_JSON_BYTES (never read whole into memory)."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw.extend(chunk)
+        if len(raw) > MAX_JSON_BYTES:
+            raise UploadTooLarge(
+                f"the JSON body is larger than {MAX_JSON_BYTES} bytes",
+                detail={"max_bytes": MAX_JSON_BYTES},
+            )
+    return bytes(raw)
+
+
 async def _read_commit(request: Request) -> str:
-    raw = await request.body()
+    raw = await _read_json(request)
     try:
         body = json.loads(raw or b"null")
     except ValueError as exc:

@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.deps import SessionDep, SettingsDep
+from service.deps import IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, utcnow
 from service.web.cells import build_status, job_stage_cell, verdict_cell
@@ -87,7 +87,9 @@ def _snapshot_now(app: FastAPI, build_id: int) -> dict[str, Any]:
 
 
 @router.get("/builds/{build_id}/live.json")
-def read_live_status(session: SessionDep, settings: SettingsDep, build_id: int) -> dict[str, Any]:
+def read_live_status(
+    session: SessionDep, settings: SettingsDep, build_id: IdPath
+) -> dict[str, Any]:
     """The build's status, verdict and per-stage progress, for a poll."""
     return snapshot(session, settings, build_id, utcnow())
 
@@ -113,7 +115,7 @@ async def _events(request: Request, build_id: int, first: dict[str, Any]) -> Asy
 
 
 @router.get("/builds/{build_id}/events")
-async def stream_build_events(request: Request, build_id: int) -> StreamingResponse:
+async def stream_build_events(request: Request, build_id: IdPath) -> StreamingResponse:
     """Server-sent events: a ``snapshot`` event whenever the build's status changes."""
     first = await run_in_threadpool(_snapshot_now, request.app, build_id)
     return StreamingResponse(

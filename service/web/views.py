@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from runner.inside.registry import SUBJECTS
 from runner.wire import STAGE_ORDER, RefusalReport, Verdict
-from service.deps import SessionDep, SettingsDep
+from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
 from service.report import build_report
@@ -46,7 +46,7 @@ def read_grid(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    cursor: Annotated[int | None, Query(ge=1)] = None,
+    cursor: CursorQuery = None,
     source: Annotated[str | None, Query(pattern="^(wheel|commit)?$")] = None,
     branch: Annotated[str | None, Query(max_length=300)] = None,
     verdict: Annotated[str | None, Query(pattern=f"^({'|'.join(VERDICTS)})?$")] = None,
@@ -120,7 +120,7 @@ def _refusal_matrices(rows: list[RefusalReport]) -> list[RefusalMatrix]:
 
 @router.get("/builds/{build_id}", response_class=HTMLResponse)
 def read_build_page(
-    request: Request, session: SessionDep, settings: SettingsDep, build_id: int
+    request: Request, session: SessionDep, settings: SettingsDep, build_id: IdPath
 ) -> Response:
     """One build: provenance, jobs, capabilities, findings, stages, drift, refusal, logs."""
     started = time.perf_counter()
@@ -160,7 +160,7 @@ def _timed(response: HTMLResponse, started: float) -> HTMLResponse:
 
 
 @router.get("/builds/{build_id}/junit.xml")
-def read_build_junit(session: SessionDep, build_id: int) -> Response:
+def read_build_junit(session: SessionDep, build_id: IdPath) -> Response:
     """The build's results as JUnit XML: one testcase per check."""
     build = session.get(Build, build_id)
     if build is None:
