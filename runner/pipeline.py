@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner import compare, envs, ledger, sandbox
+from runner import compare, envs, layers, ledger, sandbox
+from runner.config import RunnerSettings
 from runner.wire import (
     STAGE_ORDER,
     Capability,
@@ -54,6 +55,11 @@ class NullReporter:
         pass
 
 
+def default_layers_dir() -> Path:
+    """Dependency layers live under the runner's cache dir (``FE_CI_CACHE_DIR``)."""
+    return Path(RunnerSettings().cache_dir) / "layers"
+
+
 @dataclass
 class Options:
     stages: list[Stage]
@@ -74,6 +80,7 @@ class Options:
     start_configs: dict[str, str] = field(default_factory=dict)
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds; keyed inside per build
+    layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
     skip_reason: str = "not selected by --stages"
     report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
 
@@ -143,7 +150,9 @@ def _failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
 
 
 _PIP_ERROR = re.compile(
-    r"^(ERROR: .*|.*ResolutionImpossible.*|.*No matching distribution.*)$", re.M
+    r"^(ERROR: .*|error: .*|.*ResolutionImpossible.*|.*No matching distribution.*"
+    r"|\s*(?:\u00d7|\u2570\u2500\u25b6) .*)$",
+    re.M,
 )
 
 
@@ -227,24 +236,38 @@ class Pipeline:
             )
         start = time.monotonic()
         meta = envs.read_wheel_metadata(wheel)
+        extras = envs.install_extras(meta)
+        what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
+        log_path = self.opts.work_dir / "logs" / "install.log"
         env = envs.create_env(self.opts.work_dir / "env")
+        self.python = env.python
+        note = ""
+        if self.opts.layers_dir is not None:
+            warm, note = self._install_warm(env, wheel)
+            if warm is not None:
+                duration = time.monotonic() - start
+                return StageResult(
+                    name=Stage.install,
+                    status=Status.pass_,
+                    reason=f"installed {what} in {duration:.1f} s ({warm})",
+                    duration_s=duration,
+                    version=meta.version,
+                )
+            env = envs.create_env(self.opts.work_dir / "env")  # fresh: nothing of the attempt
         outcome = envs.install_candidate(
             env,
             wheel,
-            log_path=self.opts.work_dir / "logs" / "install.log",
+            log_path=log_path,
             timeout_s=self.opts.install_timeout_s,
             index_url=self.opts.index_url,
             wheelhouse=self.opts.wheelhouse,
         )
         duration = time.monotonic() - start
-        self.python = env.python
-        extras = envs.install_extras(meta)
         if outcome.ok:
-            what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
             return StageResult(
                 name=Stage.install,
                 status=Status.pass_,
-                reason=f"installed {what} in {duration:.1f} s",
+                reason=f"installed {what} in {duration:.1f} s (plain install{note})",
                 duration_s=duration,
                 version=meta.version,
             )
@@ -254,10 +277,40 @@ class Pipeline:
         return StageResult(
             name=Stage.install,
             status=Status.fail,
-            reason="; ".join(errors[-3:]) or f"pip {outcome.describe()}",
+            reason=("; ".join(errors[-3:]) or f"pip {outcome.describe()}") + note,
             duration_s=duration,
             log_tail=outcome.log_tail,
         )
+
+    def _install_warm(self, env: envs.CandidateEnv, wheel: Path) -> tuple[str | None, str]:
+        """(how the warm path installed, None when it could not; why it could not)."""
+        o = self.opts
+        assert o.layers_dir is not None
+        try:
+            warm = envs.install_warm(
+                env,
+                wheel,
+                layers_dir=o.layers_dir,
+                log_path=o.work_dir / "logs" / "install-warm.log",
+                timeout_s=o.install_timeout_s,
+                index_url=o.index_url,
+                wheelhouse=o.wheelhouse,
+            )
+        except layers.LayerError as exc:
+            why = (_PIP_ERROR.findall(str(exc)) or [str(exc).splitlines()[0]])[-1]
+            log.warning("event=layer_unusable error=%s", why)
+            return None, f"; no dependency layer: {why}"
+        if not warm.outcome.ok:
+            return None, f"; the warm install failed: {warm.outcome.describe()}"
+        if warm.problems:
+            return None, f"; the layer did not satisfy: {'; '.join(warm.problems[:3])}"
+        how = f"candidate only, --no-deps, by {warm.installer}"
+        if warm.layer is None:
+            return f"{how}; no dependencies declared", ""
+        key = warm.layer.spec.key
+        if warm.layer.built_s is None:
+            return f"{how}; dependency layer {key} reused", ""
+        return f"{how}; dependency layer {key} built in {warm.layer.built_s:.1f} s", ""
 
     def probe(self) -> StageResult:
         result = self.run_inside(Stage.probe, {})

@@ -1,0 +1,161 @@
+"""Dependency layers: the warm install path (runner/layers.py, runner/envs.py ``install_warm``).
+
+Real registry wheels (1.27.0 and 1.32.0, tests/wheels.py), real venvs, the real installer (uv
+where present, else pip) with the host's torch kept out of its hands.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from runner import envs, layers, pipeline
+from runner.wire import Stage, Status
+from tests.wheels import candidate_env, registry_wheel
+
+pytestmark = pytest.mark.slow  # builds real dependency layers from registry wheels
+
+
+def _opts(work: Path, layers_dir: Path | None, **kw: object) -> pipeline.Options:
+    return pipeline.Options(stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, **kw)  # type: ignore[arg-type]
+
+
+def _install(tmp: Path, name: str, wheel: Path, layers_dir: Path) -> pipeline.Pipeline:
+    pipe = pipeline.Pipeline(_opts(tmp / name, layers_dir))
+    result = pipe.install(wheel)
+    assert result.status == Status.pass_, result.reason
+    pipe.result.stages.append(result)
+    return pipe
+
+
+def _built(layers_dir: Path) -> list[Path]:
+    return sorted(p for p in layers_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _with_requirement(src: Path, line: str, dest_dir: Path) -> Path:
+    """A copy of wheel ``src`` whose METADATA declares one more ``Requires-Dist``."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / src.name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
+        names = zin.namelist()
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        text = zin.read(meta).decode()
+        head, sep, body = text.partition("\n\n")
+        data = f"{head}\nRequires-Dist: {line}{sep}{body}".encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows = [
+            f"{meta},sha256={digest},{len(data)}" if r.startswith(f"{meta},") else r
+            for r in zin.read(record).decode().splitlines()
+        ]
+        for info in zin.infolist():
+            if info.filename == meta:
+                zout.writestr(info, data)
+            elif info.filename == record:
+                zout.writestr(info, "\n".join(rows) + "\n")
+            else:
+                zout.writestr(info, zin.read(info))
+    return dest
+
+
+def test_second_install_of_the_same_dependency_set_reuses_the_layer(tmp_path: Path) -> None:
+    wheel = registry_wheel("1.32.0")
+    layers_dir = tmp_path / "layers"
+    first = _install(tmp_path, "job1", wheel, layers_dir)
+    assert "built" in first.result.stages[0].reason
+    [layer] = _built(layers_dir)
+    stamp = (layer / "layer.json").stat().st_mtime_ns
+    second = _install(tmp_path, "job2", wheel, layers_dir)
+    reason = second.result.stages[0].reason
+    assert f"dependency layer {layer.name} reused" in reason, reason
+    assert _built(layers_dir) == [layer] and (layer / "layer.json").stat().st_mtime_ns == stamp
+    # each job's venv is its own, and sees the layer only through its .pth line
+    site = envs.CandidateEnv(tmp_path / "job2" / "env").site_packages()
+    assert (site / layers.LAYER_PTH).read_text().count(str(layer)) == 1
+    assert (site / "cudnn").is_dir()
+    assert layers.frontend_in(layer / "venv" / "lib" / site.parent.name / "site-packages") == []
+
+
+def test_a_different_dependency_set_gets_a_different_layer(tmp_path: Path) -> None:
+    layers_dir = tmp_path / "layers"
+    _install(tmp_path, "new", registry_wheel("1.32.0"), layers_dir)
+    _install(tmp_path, "old", registry_wheel("1.27.0"), layers_dir)
+    built = _built(layers_dir)
+    assert len(built) == 2
+    specs = [json.loads((p / "layer.json").read_text())["spec"] for p in built]
+    reqs = sorted(tuple(s["requirements"]) for s in specs)
+    assert any("torch-c-dlpack-ext" in r for r in reqs[0] + reqs[1])  # 1.27.0's cutedsl extra
+    assert reqs[0] != reqs[1]
+    for p in built:  # the candidate is never in a layer, nor a torch of its own
+        dists = json.loads((p / "layer.json").read_text())["dists"]
+        assert "nvidia-cudnn-frontend" not in dists and "torch" not in dists
+        assert not list(p.rglob("cudnn/__init__.py"))
+
+
+def test_a_layer_holding_the_frontend_is_refused(tmp_path: Path) -> None:
+    wheel = registry_wheel("1.32.0")
+    layers_dir = tmp_path / "layers"
+    _install(tmp_path, "job1", wheel, layers_dir)
+    [layer] = _built(layers_dir)
+    site = next(layer.glob("venv/lib/python*/site-packages"))
+    os.chmod(site, 0o755)
+    (site / "nvidia_cudnn_frontend-1.0.0.dist-info").mkdir()  # planted: another build's files
+    pipe = pipeline.Pipeline(_opts(tmp_path / "job2", layers_dir))
+    result = pipe.install(wheel)
+    assert result.status == Status.pass_
+    assert "plain install" in result.reason and "contains the frontend" in result.reason
+    job_site = envs.CandidateEnv(tmp_path / "job2" / "env").site_packages()
+    assert not (job_site / layers.LAYER_PTH).exists()
+
+
+def test_a_dependency_conflict_with_the_host_torch_is_still_caught(tmp_path: Path) -> None:
+    torch = envs.host_torch()
+    assert torch is not None
+    wheel = _with_requirement(registry_wheel("1.32.0"), "torch>=99", tmp_path / "wheel")
+    layers_dir = tmp_path / "layers"
+    pipe = pipeline.Pipeline(_opts(tmp_path / "job", layers_dir))
+    result = pipe.install(wheel)
+    assert result.status == Status.fail, result.reason
+    assert "torch" in result.reason
+    assert _built(layers_dir) == []
+
+
+def test_the_probe_answers_the_same_through_the_warm_path(tmp_path: Path) -> None:
+    wheel = registry_wheel("1.32.0")
+    warm = pipeline.Pipeline(_opts(tmp_path / "warm", tmp_path / "layers")).run(wheel)
+    plain = pipeline.Pipeline(
+        _opts(tmp_path / "plain", None, preinstalled=True,
+              candidate_python=candidate_env("1.32.0").python)
+    ).run(None)  # fmt: skip
+    stages = {s.name: s for s in warm.stages}
+    assert "dependency layer" in stages[Stage.install].reason
+    assert stages[Stage.probe].status == Status.pass_
+    assert warm.capabilities and warm.capabilities == plain.capabilities
+    assert warm.version == plain.version == "1.32.0"
+    assert sorted(f.model_dump_json() for f in warm.findings) == sorted(
+        f.model_dump_json() for f in plain.findings
+    )
+    keys = ("python", "torch", "cutlass_dsl")
+    assert [getattr(warm.environment, k) for k in keys] == [
+        getattr(plain.environment, k) for k in keys
+    ]
+
+
+def test_markers_and_extras_decide_the_dependency_set() -> None:
+    requires = (
+        "nvidia-cutlass-dsl[cu13]>=4.8.0; sys_platform != 'win32' or platform_machine != 'ARM64'",
+        "cuda-python; extra == 'cutedsl'",
+        "triton>=3.7.0; sys_platform == 'win32' and extra == 'triton'",
+        "nvidia-cudnn-frontend[cutedsl]; extra == 'all'",
+    )
+    assert layers.resolved_requirements(requires, []) == ("nvidia-cutlass-dsl[cu13]>=4.8.0",)
+    assert layers.resolved_requirements(requires, ["all"]) == (
+        "cuda-python",
+        "nvidia-cutlass-dsl[cu13]>=4.8.0",
+    )
