@@ -63,8 +63,13 @@ class _Poster:
         try:
             self.agent.with_retries(lambda: self.agent.client.post_stage(self.lease, result))
         except LeaseLost:
-            self.lost = True
-            self.pipe.cancel.set()
+            self.abandon()
+
+    def abandon(self) -> None:
+        """The lease is gone: stop the running stage and report nothing more for this attempt
+        (a result posted now would belong to a job the service may have handed to another)."""
+        self.lost = True
+        self.pipe.cancel.set()
 
 
 class Agent:
@@ -159,28 +164,33 @@ class Agent:
                 raise LeaseLost("the service was unreachable past the lease")
             time.sleep(self.intervals.retry_s)
 
-    def _heartbeat(self, lease: JobLease, pipe: pipeline.Pipeline, done: threading.Event) -> None:
+    def _heartbeat(self, lease: JobLease, poster: _Poster, done: threading.Event) -> None:
         every = self.intervals.heartbeat_s or max(0.5, lease.lease_seconds / 3)
-        while not done.wait(every):
+        wait = every
+        while not done.wait(wait):
+            # After a failure, try again soon: the lease runs on while the service is away.
+            wait = min(every, self.intervals.retry_s)
             try:
                 ack = self.client.heartbeat(lease)
             except ServiceError as exc:
                 if exc.stale or exc.fatal:
                     log.warning("event=lease_lost job=%s error=%s", lease.job_id, exc)
-                    pipe.cancel.set()
+                    poster.abandon()
                     return
+                log.warning("event=heartbeat_failed job=%s error=%s", lease.job_id, exc)
                 continue
             except httpx.TransportError as exc:
                 if time.monotonic() > self.lease_deadline:
                     log.warning("event=lease_abandoned job=%s (service unreachable)", lease.job_id)
-                    pipe.cancel.set()
+                    poster.abandon()
                     return
                 log.warning("event=heartbeat_failed job=%s error=%r", lease.job_id, exc)
                 continue
+            wait = every
             self.lease_deadline = time.monotonic() + _seconds_until(ack.lease_expires_at)
             if ack.cancelled:
                 log.info("event=job_cancelled job=%s", lease.job_id)
-                pipe.cancel.set()
+                poster.pipe.cancel.set()
                 return
 
     def _build(self, lease: JobLease, work: Path, pipe: pipeline.Pipeline) -> None:
@@ -239,7 +249,7 @@ class Agent:
         poster = _Poster(self, lease, pipe)
         pipe.reporter = poster
         done = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(lease, pipe, done), daemon=True)
+        beat = threading.Thread(target=self._heartbeat, args=(lease, poster, done), daemon=True)
         beat.start()
         error: str | None = None
         try:
@@ -269,7 +279,12 @@ class Agent:
             beat.join(timeout=5)
             shutil.rmtree(work, ignore_errors=True)
         if poster.lost:
-            log.warning("event=job_abandoned job=%s", lease.job_id)
+            log.warning(
+                "event=job_abandoned job=%s attempt=%s work_dir_removed=%s",
+                lease.job_id,
+                lease.attempt,
+                not work.exists(),
+            )
             return
         try:
             self.with_retries(lambda: self.client.finish(lease, result.environment, error))

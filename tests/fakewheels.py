@@ -42,3 +42,8 @@ SEGFAULT = (
     "print('cudnn: about to crash', file=sys.stderr, flush=True)\n"
     "ctypes.string_at(0)\n"
 )
+
+
+def sleepy(seconds: float) -> str:
+    """A candidate whose import takes ``seconds``: long enough to act on a runner mid-job."""
+    return f"import time\ntime.sleep({seconds})\n"
