@@ -29,6 +29,7 @@ from pathlib import Path
 from runner import layers, sandbox
 
 CUTEDSL_EXTRA = "cutedsl"
+HOST_TORCH_PTH = "_fe_ci_host_torch.pth"
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def create_env(root: Path) -> CandidateEnv:
     env = CandidateEnv(root)
     torch = host_torch()
     if torch is not None and not _sees(env, torch.site_dir):
-        (env.site_packages() / "_fe_ci_host_torch.pth").write_text(f"{torch.site_dir}\n")
+        (env.site_packages() / HOST_TORCH_PTH).write_text(f"{torch.site_dir}\n")
     return env
 
 
@@ -334,6 +335,9 @@ def _build_layer(
         )
         if problems:
             raise layers.LayerError("dependency conflict: " + "; ".join(problems[:5]))
+        # the layer is shared by runners whose torch lives elsewhere: each job's env points at
+        # its own runner's torch, never at the one that happened to build the layer
+        (site / HOST_TORCH_PTH).unlink(missing_ok=True)
         doc = {"spec": spec.__dict__, "dists": dists, "built_s": time.monotonic() - start}
         (tmp / "layer.json").write_text(json.dumps(doc, indent=1, default=list))
         layers.read_only(tmp)

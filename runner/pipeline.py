@@ -190,6 +190,8 @@ class Pipeline:
             path.mkdir(parents=True, exist_ok=True)
             sandbox.hand_over(path)
         sandbox.make_reachable(self.python)  # an environment outside the work dir, too
+        if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
+            sandbox.make_reachable(torch.site_dir)
         env = candidate_environ(
             dict(os.environ),
             PYTHONPATH=str(self._src),
@@ -240,6 +242,7 @@ class Pipeline:
         what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
         log_path = self.opts.work_dir / "logs" / "install.log"
         env = envs.create_env(self.opts.work_dir / "env")
+        venv = f"venv {time.monotonic() - start:.2f} s"
         self.python = env.python
         note = ""
         if self.opts.layers_dir is not None:
@@ -249,7 +252,7 @@ class Pipeline:
                 return StageResult(
                     name=Stage.install,
                     status=Status.pass_,
-                    reason=f"installed {what} in {duration:.1f} s ({warm})",
+                    reason=f"installed {what} in {duration:.1f} s ({venv}; {warm})",
                     duration_s=duration,
                     version=meta.version,
                 )
@@ -267,7 +270,7 @@ class Pipeline:
             return StageResult(
                 name=Stage.install,
                 status=Status.pass_,
-                reason=f"installed {what} in {duration:.1f} s (plain install{note})",
+                reason=f"installed {what} in {duration:.1f} s ({venv}; plain install{note})",
                 duration_s=duration,
                 version=meta.version,
             )

@@ -269,3 +269,24 @@ def test_doc_parameters_merges_overloads_and_refuses_prose() -> None:
     assert probe_mod.doc_parameters(doc, "g") == {"args": None, "kwargs": None, "a": None, "b": "3"}
     assert probe_mod.doc_parameters("Compute the gradients.", "g") is None
     assert probe_mod.doc_parameters(None, "g") is None
+
+
+def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    """A venv that cannot see torch (the environment's fault, not the build's): the probe says so
+    instead of reporting every torch-importing subject as a missing feature."""
+    venv = tmp_path / "no-torch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    out = tmp_path / "probe.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "runner.inside.probe", "--out", str(out)],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "error" and "torch does not import" in doc["reason"], doc
+    assert "No module named 'torch'" in doc["reason"]
+    StageResult.model_validate({"name": Stage.probe, **doc})

@@ -354,7 +354,25 @@ def _finding(kind: str, severity: str, subject: str | None, message: str) -> dic
     return {"kind": kind, "severity": severity, "subject": subject, "message": message}
 
 
+def _torch_unimportable() -> str | None:
+    """Why torch does not import here, or None. The environment owes the candidate torch: without
+    it every import below fails for a reason that is not the build's."""
+    try:
+        importlib.import_module("torch")
+    except (Exception, SystemExit) as exc:
+        return describe(exc)
+    return None
+
+
 def probe(params: dict[str, Any]) -> dict[str, Any]:
+    if why := _torch_unimportable():
+        return {
+            "status": "error",
+            "reason": f"torch does not import in the candidate's environment ({why}): "
+            "the environment is broken, so nothing can be said about the build",
+            "checks": [],
+            "findings": [],
+        }
     ledger = load_ledger(Path(params["ledger"]) if params.get("ledger") else LEDGER_PATH)
     unread: list[str] = []
     version = _dist_version(DISTRIBUTION)
