@@ -100,6 +100,31 @@ def measure(client: httpx.Client, path: str, n: int) -> str:
     )
 
 
+def seed_database(data: Path, builds: int) -> dict[str, int]:
+    """A migrated SQLite database in ``data`` with ``builds`` builds; prints what it made.
+
+    Returns the ids the benchmarks address: ``oldest``, ``newest_pass``, ``newest_fail``.
+    """
+    data.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{data / 'fe-ci.sqlite3'}"
+    migrate(url)
+    engine = make_engine(url)
+    t0 = time.perf_counter()
+    seed_many(engine, builds)
+    seeded_s = time.perf_counter() - t0
+    with engine.connect() as conn:
+        total = conn.scalar(select(func.count(Build.id)))
+        ids = {
+            "newest_pass": conn.scalar(select(func.max(Build.id)).where(Build.verdict == "pass")),
+            "newest_fail": conn.scalar(select(func.max(Build.id)).where(Build.verdict == "fail")),
+            "oldest": conn.scalar(select(func.min(Build.id))),
+        }
+    engine.dispose()
+    size_mb = (data / "fe-ci.sqlite3").stat().st_size / 1e6
+    print(f"seeded {total} builds in {seeded_s:.1f} s ({size_mb:.0f} MB of SQLite)")
+    return {k: int(v) for k, v in ids.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", type=int, default=10_000)
@@ -107,21 +132,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fe-ci-bench-") as tmp:
         data = Path(tmp) / "data"
-        data.mkdir()
-        url = f"sqlite:///{data / 'fe-ci.sqlite3'}"
-        migrate(url)
-        engine = make_engine(url)
-        t0 = time.perf_counter()
-        seed_many(engine, args.builds)
-        seeded_s = time.perf_counter() - t0
-        with engine.connect() as conn:
-            total = conn.scalar(select(func.count(Build.id)))
-            newest_pass = conn.scalar(select(func.max(Build.id)).where(Build.verdict == "pass"))
-            newest_fail = conn.scalar(select(func.max(Build.id)).where(Build.verdict == "fail"))
-            oldest = conn.scalar(select(func.min(Build.id)))
-        engine.dispose()
-        size_mb = (data / "fe-ci.sqlite3").stat().st_size / 1e6
-        print(f"seeded {total} builds in {seeded_s:.1f} s ({size_mb:.0f} MB of SQLite)")
+        ids = seed_database(data, args.builds)
+        oldest, newest_pass, newest_fail = ids["oldest"], ids["newest_pass"], ids["newest_fail"]
         port = free_port()
         proc = start_service(data, port)
         try:

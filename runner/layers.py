@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 from runner import sandbox
 
 FRONTEND = "nvidia-cudnn-frontend"
-LAYER_FORMAT = 1
+LAYER_FORMAT = 2  # 2: layers hold bytecode
 LAYER_PTH = "_fe_ci_0_layer.pth"  # sorts before the host-torch line: the layer wins over the host
 _DIST_DIR = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(?:-py[^-]*)?\.(?:dist|egg)-info$")
 

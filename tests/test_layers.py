@@ -79,7 +79,10 @@ def test_second_install_of_the_same_dependency_set_reuses_the_layer(tmp_path: Pa
     site = envs.CandidateEnv(tmp_path / "job2" / "env").site_packages()
     assert (site / layers.LAYER_PTH).read_text().count(str(layer)) == 1
     assert (site / "cudnn").is_dir()
-    assert layers.frontend_in(layer / "venv" / "lib" / site.parent.name / "site-packages") == []
+    layer_site = layer / "venv" / "lib" / site.parent.name / "site-packages"
+    assert layers.frontend_in(layer_site) == []
+    # compiled once when built: a read-only layer without bytecode is compiled by every import
+    assert list((layer_site / "nvidia_cutlass_dsl").rglob("*.pyc"))
 
 
 def test_a_different_dependency_set_gets_a_different_layer(tmp_path: Path) -> None:

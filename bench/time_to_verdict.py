@@ -1,0 +1,469 @@
+"""Time to a probe verdict, against the obvious way and the floor; queue latency; throughput.
+
+    .venv/bin/python bench/time_to_verdict.py [--version 1.32.0] [--cold 3] [--warm 2]
+        [--side 3] [--latency 15] [--idle-s 60] [--builds 10000] [--load-s 5] [--json OUT]
+
+Every figure is measured in this one run, on this machine, with the real registry wheel
+(tests/wheels.py):
+
+1. through the service: ``POST /validate`` to a real ``fe-ci serve`` on 127.0.0.1, a real
+   ``fe-ci runner`` (FE_CI_GPU_ARCHS empty: one CPU job, install + probe) until the build is
+   finished, split by stage from the client's clock and the service's database. ``cold`` = a
+   runner with an empty cache dir (it builds the dependency layer; the installer's download cache
+   is left as it is, so the network is not measured); ``warm`` = the next builds on that runner.
+2. side by side, interleaved: (a) the obvious way, a fresh ``python -m venv`` and ``pip install``
+   of the wheel with its dependencies, then the probe; (b) fe-ci's warm path (the pipeline's
+   install and probe stages with a built layer); (c) the floor, the probe alone in an
+   environment that already has the candidate.
+3. queue latency: submit -> an idle runner's claim, over many submissions at random moments, and
+   how many claim requests an idle runner makes per minute (from the service's access log).
+4. throughput: requests/s of ``GET /api/builds/{id}`` and ``GET /`` on one uvicorn worker over
+   a database of ``--builds`` builds (bench/dashboard_bench.py's filler), against a minimal
+   FastAPI endpoint on the same machine (the ceiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.dashboard_bench import free_port, seed_database, start_service  # noqa: E402
+from runner import envs, pipeline  # noqa: E402
+from runner.wire import Stage  # noqa: E402
+from tests.wheels import candidate_env, registry_wheel  # noqa: E402
+
+SUBMIT = {"Authorization": "Bearer bench-submit-token"}
+RESULTS: dict[str, object] = {}
+
+
+def spread(values: list[float]) -> str:
+    """``median (min-max, n=N)``."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f}, n={len(values)})"
+
+
+def _ts(text: str) -> float:
+    when = datetime.fromisoformat(text)
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+# ---------------------------------------------------------------------------- the service path
+
+
+def start_runner(url: str, cache: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
+    env.update(
+        FE_CI_URL=url,
+        FE_CI_RUNNER_TOKEN="bench-runner-token",
+        FE_CI_RUNNER_NAME=name,
+        FE_CI_RUNNER_LABELS="",
+        FE_CI_CACHE_DIR=str(cache),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "runner"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "ab"),  # the child owns it
+        cwd=ROOT,
+    )
+
+
+def submit(http: httpx.Client, wheel: Path) -> tuple[int, float, float]:
+    """(build id, time before the POST, time the 202 arrived)."""
+    t0 = time.time()
+    with wheel.open("rb") as fh:
+        resp = http.post("/validate", files={"wheel": (wheel.name, fh)}, headers=SUBMIT)
+    resp.raise_for_status()
+    return int(resp.json()["build_id"]), t0, time.time()
+
+
+def wait_finished(http: httpx.Client, build_id: int, timeout_s: float = 900) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        doc = http.get(f"/api/builds/{build_id}").json()
+        if doc["status"] == "finished":
+            stages = {s["name"]: s["status"] for j in doc["jobs"] for s in j["stages"]}
+            if stages.get("probe") != "pass":
+                raise SystemExit(f"build {build_id}: {stages} {doc['jobs']}")
+            return time.time()
+        time.sleep(0.02)
+    raise SystemExit(f"build {build_id} did not finish")
+
+
+def split(db: Path, build_id: int, t0: float, t_up: float, t_done: float) -> dict[str, float]:
+    with sqlite3.connect(db) as conn:
+        started, finished = conn.execute(
+            "SELECT started_at, finished_at FROM jobs WHERE build_id = ?", (build_id,)
+        ).fetchone()
+        rows = conn.execute(
+            "SELECT s.name, s.duration_s, s.created_at, s.reason FROM stages s "
+            "JOIN jobs j ON j.id = s.job_id WHERE j.build_id = ?",
+            (build_id,),
+        ).fetchall()
+    stages = {name: (dur, _ts(at), reason) for name, dur, at, reason in rows}
+    inst_s, inst_at, inst_reason = stages.pop("install")
+    probe_s, probe_at, _ = stages.pop("probe")
+    venv = re.search(r"venv ([\d.]+) s", inst_reason)
+    env_s = float(venv.group(1)) if venv else 0.0
+    claimed = _ts(started)
+    out = {
+        "upload": t_up - t0,
+        "queue wait": claimed - t_up,
+        "claim to install (wheel download, job dir)": inst_at - inst_s - claimed,
+        "environment (venv)": env_s,
+        "install": inst_s - env_s,
+        "probe": probe_s,
+        "probe verdict stored (from POST)": probe_at - t0,
+    }
+    last = probe_at
+    for name, (dur, at, _) in sorted(stages.items(), key=lambda kv: kv[1][1]):
+        out[f"{name} (the rest of the CPU job)"] = dur
+        last = at
+    out["report (finish, seen by the client)"] = t_done - last
+    out["build finished (from POST)"] = t_done - t0
+    out["_finished_lag"] = _ts(finished) - last
+    return out
+
+
+def through_service(wheel: Path, tmp: Path, cold: int, warm: int) -> dict[str, list[dict]]:
+    data = tmp / "svc-data"
+    data.mkdir()
+    port = free_port()
+    svc = start_service(data, port)
+    out: dict[str, list[dict]] = {"cold": [], "warm": []}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
+            for rep in range(cold):
+                cache = tmp / f"runner-cache-{rep}"
+                runner = start_runner(http.base_url.__str__(), cache, tmp / "runner.log", "b1")
+                try:
+                    time.sleep(3)  # registered and idle in its long poll
+                    for kind in ["cold"] + ["warm"] * warm:
+                        build_id, t0, t_up = submit(http, wheel)
+                        t_done = wait_finished(http, build_id)
+                        row = split(data / "fe-ci.sqlite3", build_id, t0, t_up, t_done)
+                        out[kind].append(row)
+                        print(f"  {kind}: {row['build finished (from POST)']:.2f} s", flush=True)
+                finally:
+                    runner.terminate()
+                    runner.wait(timeout=60)
+    finally:
+        svc.terminate()
+        svc.wait(timeout=15)
+    return out
+
+
+# ---------------------------------------------------------------------------- side by side
+
+
+def _probe(python: Path, work: Path) -> float:
+    opts = pipeline.Options(
+        stages=[Stage.probe],
+        work_dir=work,
+        preinstalled=True,
+        candidate_python=python,
+        layers_dir=None,
+    )
+    pipe = pipeline.Pipeline(opts)
+    t = time.monotonic()
+    res = pipe.probe()
+    took = time.monotonic() - t
+    assert res.status.value == "pass", res.reason
+    return took
+
+
+def obvious(wheel: Path, work: Path) -> dict[str, float]:
+    """A fresh ``python -m venv`` (with pip) and ``pip install`` of the wheel, then the probe."""
+    torch = envs.host_torch()
+    assert torch is not None
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(work / "env")], check=True)
+    env = envs.CandidateEnv(work / "env")
+    # this host's torch lives in the runner's venv: one line lets the new venv see it
+    (env.site_packages() / "host_torch.pth").write_text(f"{torch.site_dir}\n")
+    (work / "c.txt").write_text(f"torch=={torch.version}\n")
+    t1 = time.monotonic()
+    extras = envs.install_extras(envs.read_wheel_metadata(wheel))
+    target = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    subprocess.run(
+        [str(env.python), "-m", "pip", "install", "-q", "-c", str(work / "c.txt"), target],
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    t2 = time.monotonic()
+    probe_s = _probe(env.python, work / "probe")
+    return {"venv": t1 - t0, "install": t2 - t1, "probe": probe_s, "total": t2 - t0 + probe_s}
+
+
+def warm_path(wheel: Path, work: Path, layers_dir: Path) -> dict[str, float]:
+    opts = pipeline.Options(stages=[Stage.probe], work_dir=work, layers_dir=layers_dir)
+    pipe = pipeline.Pipeline(opts)
+    t = time.monotonic()
+    inst = pipe.install(wheel)
+    t1 = time.monotonic()
+    assert "reused" in inst.reason, inst.reason
+    res = pipe.probe()
+    t2 = time.monotonic()
+    assert res.status.value == "pass", res.reason
+    venv = re.search(r"venv ([\d.]+) s", inst.reason)
+    env_s = float(venv.group(1)) if venv else 0.0
+    return {
+        "venv": env_s,
+        "install": t1 - t - env_s,
+        "probe": t2 - t1,
+        "total": t2 - t,
+    }
+
+
+def side_by_side(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
+    layers_dir = tmp / "side-layers"
+    preinstalled = candidate_env(wheel.name.split("-")[1]).python
+    pipeline.Pipeline(
+        pipeline.Options(stages=[Stage.probe], work_dir=tmp / "prime", layers_dir=layers_dir)
+    ).install(wheel)  # the layer exists before the first timed warm run
+    out: dict[str, list[dict]] = {"obvious": [], "warm": [], "floor": []}
+    for rep in range(reps):
+        work = tmp / f"side-{rep}"
+        out["obvious"].append(obvious(wheel, work / "obvious"))
+        out["warm"].append(warm_path(wheel, work / "warm", layers_dir))
+        out["floor"].append({"probe": (f := _probe(preinstalled, work / "floor")), "total": f})
+        shutil.rmtree(work, ignore_errors=True)
+        print(
+            "  " + ", ".join(f"{k} {v[-1]['total']:.2f} s" for k, v in out.items()),
+            flush=True,
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------- queue latency
+
+
+def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, object]:
+    data = tmp / "lat-data"
+    data.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
+    env.update(
+        FE_CI_DATA_DIR=str(data),
+        FE_CI_SUBMIT_TOKEN="bench-submit-token",
+        FE_CI_RUNNER_TOKEN="bench-runner-token",
+        FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
+        FE_CI_GPU_ARCHS="",
+        PYTHONPATH=str(ROOT),
+    )
+    log = tmp / "lat-access.log"
+    # the same application as ``fe-ci serve``, with uvicorn's access log on: it counts the claims
+    cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    svc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=open(log, "ab"),  # noqa: SIM115 - the child owns it
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.get(f"{url}/api/builds?limit=1")
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    runner = start_runner(url, tmp / "lat-cache", tmp / "lat-runner.log", "lat1")
+    lat: list[float] = []
+    try:
+        with httpx.Client(base_url=url, timeout=600) as http:
+            time.sleep(3)
+            build_id, _, _ = submit(http, wheel)  # builds the layer: later jobs are short
+            wait_finished(http, build_id)
+            rng = random.Random(8)
+            for _ in range(n):
+                time.sleep(rng.uniform(0.0, 3.0))  # land anywhere in the runner's poll cycle
+                build_id, _, t_up = submit(http, wheel)
+                wait_finished(http, build_id)
+                with sqlite3.connect(data / "fe-ci.sqlite3") as conn:
+                    (started,) = conn.execute(
+                        "SELECT started_at FROM jobs WHERE build_id = ?", (build_id,)
+                    ).fetchone()
+                lat.append(_ts(started) - t_up)
+            before = log.read_text().count("/api/jobs/claim")
+            time.sleep(idle_s)
+            claims = log.read_text().count("/api/jobs/claim") - before
+    finally:
+        runner.terminate()
+        runner.wait(timeout=60)
+        svc.terminate()
+        svc.wait(timeout=15)
+    return {"latency_s": lat, "idle_claims_per_min": claims * 60.0 / idle_s}
+
+
+# ---------------------------------------------------------------------------- throughput
+
+MINIMAL_APP = """
+from fastapi import FastAPI
+app = FastAPI()
+
+@app.get("/ping")
+def ping() -> dict[str, bool]:
+    return {"ok": True}
+"""
+
+
+def _hammer(args: tuple[str, str, float]) -> int:
+    base, path, seconds = args
+    n = 0
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for _ in range(5):
+            client.get(path)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            client.get(path).raise_for_status()
+            n += 1
+    return n
+
+
+def rps(base: str, path: str, seconds: float, clients: int = 2) -> float:
+    """Requests per second from ``clients`` processes, each one keep-alive connection."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(clients) as pool:
+        counts = pool.map(_hammer, [(base, path, seconds)] * clients)
+    return sum(counts) / seconds
+
+
+def throughput(tmp: Path, builds: int, seconds: float, reps: int = 3) -> dict[str, list[float]]:
+    data = tmp / "tp-data"
+    ids = seed_database(data, builds)
+    (tmp / "minimal_app.py").write_text(MINIMAL_APP)
+    port, mport = free_port(), free_port()
+    svc = start_service(data, port)
+    cmd = [sys.executable, "-m", "uvicorn", "minimal_app:app", "--port", str(mport)]
+    cmd += ["--host", "127.0.0.1", "--workers", "1", "--no-access-log", "--log-level", "warning"]
+    minimal = subprocess.Popen(cmd, cwd=tmp)
+    out: dict[str, list[float]] = {}
+    try:
+        for _ in range(300):
+            try:
+                httpx.get(f"http://127.0.0.1:{mport}/ping")
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        targets: list[tuple[str, str, str]] = [
+            ("minimal FastAPI /ping (ceiling)", f"http://127.0.0.1:{mport}", "/ping"),
+            (f"GET /api/builds/{ids['newest_pass']}", f"http://127.0.0.1:{port}",
+             f"/api/builds/{ids['newest_pass']}"),
+            ("GET /", f"http://127.0.0.1:{port}", "/"),
+        ]  # fmt: skip
+        for _ in range(reps):  # interleaved, so drift in the machine's load hits all alike
+            for label, base, path in targets:
+                out.setdefault(label, []).append(rps(base, path, seconds))
+    finally:
+        for proc in (svc, minimal):
+            proc.terminate()
+            proc.wait(timeout=15)
+    return out
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def table(rows: dict[str, list[dict]], keys: list[str]) -> None:
+    print("| part | " + " | ".join(rows) + " |")
+    print("|---|" + "---:|" * len(rows))
+    for key in keys:
+        cells = [spread([r[key] for r in v]) if v and key in v[0] else "—" for v in rows.values()]
+        print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--version", default="1.32.0")
+    parser.add_argument("--cold", type=int, default=3, help="cold runners (each then --warm)")
+    parser.add_argument("--warm", type=int, default=2, help="warm builds per cold runner")
+    parser.add_argument("--side", type=int, default=3, help="side-by-side repetitions")
+    parser.add_argument("--latency", type=int, default=15, help="submissions for queue latency")
+    parser.add_argument("--idle-s", type=float, default=60.0)
+    parser.add_argument("--builds", type=int, default=10_000)
+    parser.add_argument("--load-s", type=float, default=5.0)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", default="service,side,latency,throughput")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    wheel = registry_wheel(args.version)
+    print(f"wheel {wheel.name}; installer {envs.choose_installer()}; {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="fe-ci-ttv-") as tmp_s:
+        tmp = Path(tmp_s)
+        sections: list[tuple[str, Callable[[], object]]] = [
+            ("service", lambda: through_service(wheel, tmp, args.cold, args.warm)),
+            ("side", lambda: side_by_side(wheel, tmp, args.side)),
+            ("latency", lambda: queue_latency(wheel, tmp, args.latency, args.idle_s)),
+            ("throughput", lambda: throughput(tmp, args.builds, args.load_s)),
+        ]
+        for name, fn in sections:
+            if name in only:
+                print(f"\n## {name}", flush=True)
+                RESULTS[name] = fn()
+    report(args)
+
+
+def report(args: argparse.Namespace) -> None:
+    print("\n# results: median (min-max, n) in seconds\n")
+    svc = RESULTS.get("service")
+    if isinstance(svc, dict):
+        keys = [k for k in svc["cold"][0] if not k.startswith("_")]
+        table(svc, keys)
+    side = RESULTS.get("side")
+    if isinstance(side, dict):
+        print()
+        table(side, ["venv", "install", "probe", "total"])
+        med = {k: statistics.median(r["total"] for r in v) for k, v in side.items()}
+        print(f"\nobvious / warm path: {med['obvious'] / med['warm']:.1f}x")
+        print(f"warm path / floor: {med['warm'] / med['floor']:.2f}x")
+        if isinstance(svc, dict):
+            key = "probe verdict stored (from POST)"
+            warm_total = statistics.median(r[key] for r in svc["warm"])
+            ratio = med["obvious"] / warm_total
+            print(f"obvious / warm probe verdict through the service: {ratio:.1f}x")
+            floor = warm_total / med["floor"]
+            print(f"warm probe verdict through the service / floor: {floor:.2f}x")
+    lat = RESULTS.get("latency")
+    if isinstance(lat, dict):
+        values = lat["latency_s"]
+        assert isinstance(values, list)
+        print(f"\nqueue latency (202 -> claimed), s: {spread(values)}")
+        print(f"over 1 s: {sum(v > 1.0 for v in values)} of {len(values)}")
+        print(f"idle runner: {lat['idle_claims_per_min']:.1f} claim requests per minute")
+    tp = RESULTS.get("throughput")
+    if isinstance(tp, dict):
+        print("\n| endpoint | requests/s median (min-max) | / ceiling |\n|---|---:|---:|")
+        ceiling = statistics.median(next(iter(tp.values())))
+        for label, values in tp.items():
+            med = statistics.median(values)
+            print(
+                f"| {label} | {med:.0f} ({min(values):.0f}-{max(values):.0f}) "
+                f"| {med / ceiling:.2f} |"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(RESULTS, indent=1))
+
+
+if __name__ == "__main__":
+    main()
