@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/time_to_verdict.py [--version 1.32.0] [--cold 3] [--warm 2]
         [--side 3] [--latency 15] [--idle-s 60] [--builds 10000] [--load-s 5] [--json OUT]
+        [--only service,side,latency,throughput,installers]
 
 Every figure is measured in this one run, on this machine, with the real registry wheel
 (tests/wheels.py):
@@ -20,6 +21,7 @@ Every figure is measured in this one run, on this machine, with the real registr
 4. throughput: requests/s of ``GET /api/builds/{id}`` and ``GET /`` on one uvicorn worker over
    a database of ``--builds`` builds (bench/dashboard_bench.py's filler), against a minimal
    FastAPI endpoint on the same machine (the ceiling).
+5. installers: uv against pip, building a dependency layer and installing the candidate alone.
 """
 
 from __future__ import annotations
@@ -254,6 +256,30 @@ def side_by_side(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
     return out
 
 
+def installers(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
+    """uv against pip: building the layer (download caches warm) and the candidate-only install."""
+    out: dict[str, list[dict]] = {}
+    for rep in range(reps):
+        for name in ("uv", "pip"):
+            os.environ["FE_CI_INSTALLER"] = name
+            layers_dir = tmp / f"inst-{name}-{rep}"
+            t = time.monotonic()
+            envs.ensure_layer(envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900)
+            built = time.monotonic() - t
+            env = envs.create_env(tmp / f"inst-env-{name}-{rep}")
+            t = time.monotonic()
+            warm = envs.install_warm(
+                env, wheel, layers_dir=layers_dir, log_path=tmp / "inst.log", timeout_s=900
+            )
+            assert warm.outcome.ok and warm.installer == name and not warm.problems
+            out.setdefault(name, []).append(
+                {"layer build": built, "candidate only (+ check)": time.monotonic() - t}
+            )
+            print(f"  {name}: layer {built:.1f} s", flush=True)
+    os.environ.pop("FE_CI_INSTALLER", None)
+    return out
+
+
 # ---------------------------------------------------------------------------- queue latency
 
 
@@ -404,7 +430,7 @@ def main() -> None:
     parser.add_argument("--builds", type=int, default=10_000)
     parser.add_argument("--load-s", type=float, default=5.0)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--only", default="service,side,latency,throughput")
+    parser.add_argument("--only", default="service,side,latency,throughput,installers")
     args = parser.parse_args()
     only = set(args.only.split(","))
     wheel = registry_wheel(args.version)
@@ -416,6 +442,7 @@ def main() -> None:
             ("side", lambda: side_by_side(wheel, tmp, args.side)),
             ("latency", lambda: queue_latency(wheel, tmp, args.latency, args.idle_s)),
             ("throughput", lambda: throughput(tmp, args.builds, args.load_s)),
+            ("installers", lambda: installers(wheel, tmp, args.side)),
         ]
         for name, fn in sections:
             if name in only:
@@ -444,6 +471,10 @@ def report(args: argparse.Namespace) -> None:
             print(f"obvious / warm probe verdict through the service: {ratio:.1f}x")
             floor = warm_total / med["floor"]
             print(f"warm probe verdict through the service / floor: {floor:.2f}x")
+    inst = RESULTS.get("installers")
+    if isinstance(inst, dict):
+        print()
+        table(inst, ["layer build", "candidate only (+ check)"])
     lat = RESULTS.get("latency")
     if isinstance(lat, dict):
         values = lat["latency_s"]
