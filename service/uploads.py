@@ -1,24 +1,28 @@
 """Wheel uploads: stream the body, bound it, hash it, check the wheel, then store it by sha256.
 
 The request body is read with ``request.stream()`` through python-multipart's streaming parser, so
-nothing is spooled before the size limit applies. The ``wheel`` part goes to a temp file under
-``<data_dir>/tmp`` while it is counted and hashed. The wheel is then checked as a zip, from its
-central directory only (sizes as declared there bind Python's ``zipfile``, and so pip: a member
-never yields more than its declared size), and only METADATA and WHEEL are ever decompressed, with
-a bound. Only a wheel that passes every check is moved to ``<data_dir>/blobs/<ab>/<sha256>.whl``;
-any failure removes the temp file, so a rejected upload leaves nothing behind.
+nothing is spooled before the size limit applies. The ``wheel`` part goes to a temp file in this
+process's own directory under ``<data_dir>/tmp`` while it is counted and hashed. The wheel is then
+checked as a zip, from its central directory only (sizes as declared there bind Python's
+``zipfile``, and so pip: a member never yields more than its declared size), and only METADATA and
+WHEEL are ever decompressed, with a bound. Only a wheel that passes every check is moved to
+``<data_dir>/blobs/<ab>/<sha256>.whl``; any failure removes the temp file, so a rejected upload
+leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import re
+import shutil
 import stat
 import struct
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -110,9 +114,7 @@ async def receive_wheel(
             f"the request declares {declared} bytes; the limit is {max_bytes} bytes",
             detail={"content_length": declared, "max_bytes": max_bytes},
         )
-    tmp = tmp_dir(data_dir)
-    tmp.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=tmp, prefix="upload-", suffix=".part")
+    fd, name = tempfile.mkstemp(dir=upload_area(data_dir), prefix="upload-", suffix=".part")
     part = Path(name)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -152,8 +154,44 @@ def discard(stored: StoredWheel) -> None:
         log.info("event=blob_discarded sha256=%s", stored.sha256)
 
 
+_areas: dict[Path, tuple[Path, int]] = {}
+_areas_lock = threading.Lock()
+
+
+def upload_area(data_dir: Path) -> Path:
+    """This process's directory for uploads in flight, ``<data_dir>/tmp/live-*``.
+
+    The process holds an exclusive ``flock`` on it for its whole life. The kernel drops a
+    process's locks when it dies, however it dies (SIGKILL included), so an area whose lock is
+    free belongs to no live service: ``sweep_tmp`` empties those and leaves alone the uploads in
+    flight of another service process sharing the data dir (replicas over one volume).
+    """
+    root = tmp_dir(data_dir)
+    with _areas_lock:
+        held = _areas.pop(root, None)
+        if held is not None:
+            if held[0].is_dir():
+                _areas[root] = held
+                return held[0]
+            os.close(held[1])  # someone removed the data dir under us: make a new area
+        while True:
+            root.mkdir(parents=True, exist_ok=True)
+            area = Path(tempfile.mkdtemp(dir=root, prefix="live-"))
+            fd = os.open(area, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a starting service's sweep took it before us
+                os.close(fd)
+                continue
+            if area.is_dir():
+                _areas[root] = (area, fd)
+                return area
+            os.close(fd)  # swept between its creation and our lock: make another
+
+
 def sweep_tmp(data_dir: Path, *, older_than_s: float = 0.0) -> int:
-    """Remove temp files left by uploads that never finished (a service killed mid-upload)."""
+    """Remove what uploads that never finished left behind (a service killed mid-upload): the
+    areas of dead service processes, and loose temp files older than ``older_than_s``."""
     tmp = tmp_dir(data_dir)
     if not tmp.is_dir():
         return 0
@@ -161,12 +199,29 @@ def sweep_tmp(data_dir: Path, *, older_than_s: float = 0.0) -> int:
     removed = 0
     for path in tmp.iterdir():
         with contextlib.suppress(FileNotFoundError):
-            if path.is_file() and path.stat().st_mtime <= cutoff:
+            if path.is_dir() and not path.is_symlink():
+                removed += _sweep_area(path)
+            elif path.is_file() and path.stat().st_mtime <= cutoff:
                 path.unlink()
                 removed += 1
     if removed:
         log.info("event=tmp_swept removed=%s dir=%s", removed, tmp)
     return removed
+
+
+def _sweep_area(area: Path) -> int:
+    """Empty and remove ``area`` if no live process holds its lock; the count of files removed."""
+    fd = os.open(area, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # a live service's uploads in flight
+        files = sum(1 for p in area.rglob("*") if not p.is_dir())
+        shutil.rmtree(area, ignore_errors=True)
+        return files
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- streaming

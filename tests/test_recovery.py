@@ -7,6 +7,7 @@ whose import sleeps (tests/fakewheels.py), so a job lasts long enough to act on 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.load import make_big_wheel
 from tests.conftest import ROOT, SUBMIT, Service
 from tests.fakewheels import make_wheel, sleepy
 from tests.tap import read_tap
@@ -123,6 +125,13 @@ def _data_files(data_dir: Path) -> set[str]:
     }
 
 
+def _multipart_head(boundary: str, filename: str) -> bytes:
+    return (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="wheel"; filename="{filename}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+
+
 def _slow_body(head: bytes, stop: threading.Event) -> Iterator[bytes]:
     yield head
     for _ in range(400):  # at most 400 MiB; the test stops it long before
@@ -139,11 +148,7 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
     queued = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.1", ""))
     before = _data_files(svc.data_dir)
     boundary = "fe-ci-slow-upload"
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="wheel"; '
-        'filename="nvidia_cudnn_frontend-9.2.2-py3-none-any.whl"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode()
+    head = _multipart_head(boundary, "nvidia_cudnn_frontend-9.2.2-py3-none-any.whl")
     stop_body = threading.Event()
     outcome: list[object] = []
 
@@ -169,7 +174,7 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            parts = list(tmp.glob("upload-*.part"))
+            parts = list(tmp.glob("live-*/upload-*.part"))
             if parts and parts[0].stat().st_size >= 8 << 20:
                 break
             time.sleep(0.05)
@@ -181,9 +186,9 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
         client.join(timeout=60)
     assert outcome and isinstance(outcome[0], httpx.TransportError), outcome
     # a killed process cannot clean up: its partial upload is still there ...
-    assert [p.name for p in tmp.iterdir()] == [parts[0].name]
+    assert [p for p in tmp.rglob("*") if p.is_file()] == [parts[0]]
     svc.start()
-    # ... until the service starts again, which sweeps it
+    # ... until the service starts again, which sweeps it (its area's lock died with it)
     assert list(tmp.iterdir()) == []
     assert _data_files(svc.data_dir) == before
     assert (svc.count("builds"), svc.count("jobs")) == (1, 1)
@@ -196,6 +201,61 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
         stop(runner)
     assert [s["name"] for s in r["jobs"][0]["stages"]] == CPU_STAGES
     assert svc.count("builds") == 1
+
+
+def test_a_starting_replica_leaves_another_ones_upload_in_flight_alone(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Two service processes over one data dir (replicas): the second one's start-up sweep must
+    not remove the first one's upload in flight, which then completes and is stored."""
+    first: Service = make_service()
+    wheel = make_big_wheel(tmp_path / "w", 16)
+    data = wheel.read_bytes()
+    boundary = "fe-ci-replica"
+    half = threading.Event()
+    go_on = threading.Event()
+
+    def body() -> Iterator[bytes]:
+        yield _multipart_head(boundary, wheel.name)
+        for at in range(0, len(data), 1 << 20):
+            if at >= len(data) // 2 and not half.is_set():
+                half.set()
+                go_on.wait(60)
+            yield data[at : at + (1 << 20)]
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    outcome: list[httpx.Response] = []
+    client = threading.Thread(
+        target=lambda: outcome.append(
+            httpx.post(
+                f"{first.url}/validate",
+                content=body(),
+                headers={
+                    "Authorization": f"Bearer {SUBMIT}",
+                    "Content-Type": f"multipart/form-data; boundary={boundary}",
+                },
+                timeout=60,
+            )
+        )
+    )
+    client.start()
+    second = Service(data_dir=first.data_dir, env=first.env)
+    try:
+        assert half.wait(60)
+        deadline = time.monotonic() + 30
+        while not any(p.stat().st_size for p in (first.data_dir / "tmp").rglob("*.part")):
+            assert time.monotonic() < deadline, "the first service never wrote the upload"
+            time.sleep(0.05)
+        second.start()  # its start sweeps the temp dir
+    finally:
+        go_on.set()
+        client.join(timeout=60)
+        second.stop()
+    (resp,) = outcome
+    assert resp.status_code == 202, resp.text
+    r = httpx.get(f"{first.url}/api/builds/{resp.json()['build_id']}").json()
+    assert r["sha256"] == hashlib.sha256(data).hexdigest()
+    assert [p for p in (first.data_dir / "tmp").rglob("*") if p.is_file()] == []
 
 
 def test_runner_keeps_its_job_through_a_short_service_outage(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

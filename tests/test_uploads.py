@@ -14,6 +14,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -30,6 +32,7 @@ from fastapi.responses import JSONResponse
 
 from service import uploads
 from service.errors import ApiError
+from tests.conftest import ROOT
 from tests.wheels import registry_wheel
 
 NAME = "nvidia_cudnn_frontend-1.32.0-py3-none-any.whl"
@@ -494,7 +497,7 @@ def test_client_disconnect_mid_stream_leaves_nothing(
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(request + head + bytes(4 * MiB))
         deadline = time.monotonic() + 10
-        while not (tmp.is_dir() and any(p.stat().st_size for p in tmp.iterdir())):
+        while not (tmp.is_dir() and any(p.stat().st_size for p in tmp.rglob("*.part"))):
             assert time.monotonic() < deadline, "the server never started writing the upload"
             time.sleep(0.02)
     deadline = time.monotonic() + 10
@@ -531,3 +534,34 @@ def test_sweep_tmp_removes_stale_temp_files(tmp_path: Path) -> None:
     assert uploads.sweep_tmp(tmp_path) == 1
     assert files_left(tmp_path) == [blob]
     assert uploads.sweep_tmp(tmp_path / "missing") == 0
+
+
+def test_sweep_removes_a_killed_process_area_and_keeps_a_live_one(tmp_path: Path) -> None:
+    """Service replicas share a data dir: one starting up must not remove another's uploads in
+    flight, only those of a process that died (its lock on its area is gone with it)."""
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from service import uploads\n"
+        "area = uploads.upload_area(Path(sys.argv[1]))\n"
+        "(area / 'upload-dead.part').write_bytes(b'half a wheel')\n"
+        "print(area, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT, text=True
+    )
+    try:
+        assert child.stdout is not None
+        dead = Path(child.stdout.readline().strip())
+        live = uploads.upload_area(tmp_path)
+        (live / "upload-live.part").write_bytes(b"in flight")
+        assert uploads.sweep_tmp(tmp_path) == 0  # the other process is alive
+        assert (dead / "upload-dead.part").is_file()
+    finally:
+        child.kill()
+        child.wait()
+    assert uploads.sweep_tmp(tmp_path) == 1
+    assert not dead.exists()
+    assert (live / "upload-live.part").is_file()  # this process's own area is never swept
+    assert uploads.upload_area(tmp_path) == live
