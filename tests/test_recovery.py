@@ -313,3 +313,41 @@ def test_runner_abandons_a_job_cleanly_past_the_lease_and_goes_on(
     (job,) = r["jobs"]
     assert (job["attempt"], job["runner"], job["status"]) == (2, "r1", "finished")
     assert stage_rows(svc, job_id) == CPU_STAGES
+
+
+def test_a_frozen_runner_thawed_after_its_lease_is_refused_and_goes_on(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A runner process stopped (SIGSTOP: a frozen host, a debugger) past its lease while another
+    runner takes its job; thawed (SIGCONT), it comes back from the dead: its heartbeat and its
+    stage post get 409, it abandons the attempt without reporting, and keeps serving."""
+    svc: Service = make_service(FE_CI_LEASE_SECONDS="3", FE_CI_SWEEP_INTERVAL_S="0.3")
+    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.5", sleepy(3)))
+    r1 = start_runner(svc, tmp_path, "r1")
+    r2: subprocess.Popen[bytes] | None = None
+    log_path = tmp_path / "r1.log"
+    try:
+        r = wait_for(svc, build_id, has_stage("install"))
+        job_id = r["jobs"][0]["id"]
+        r1.send_signal(signal.SIGSTOP)
+        r2 = start_runner(svc, tmp_path, "r2")
+        wait_for(svc, build_id, lambda r: r["jobs"][0]["runner"] == "r2")  # attempt 2 is r2's
+        r1.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while "event=job_abandoned" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        r = wait_for(svc, build_id, lambda r: r["status"] == "finished")
+        assert r1.poll() is None  # still serving
+    finally:
+        r1.send_signal(signal.SIGCONT)
+        stop(r1)
+        if r2 is not None:
+            stop(r2)
+    (job,) = r["jobs"]
+    assert (job["attempt"], job["runner"], job["status"]) == (2, "r2", "finished")
+    assert stage_rows(svc, job_id) == CPU_STAGES
+    log = log_path.read_text()
+    assert f"event=job_abandoned job={job_id} attempt=1 work_dir_removed=True" in log
+    assert "stale_lease" in log  # what the service answered the thawed runner
+    assert "event=job_finished" not in log
