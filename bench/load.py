@@ -200,7 +200,8 @@ def check_store(data_dir: Path) -> dict[str, Any]:
         "blobs": len(blobs),
         "orphan_blobs": sorted(blobs - shas),
         "missing_blobs": sorted(shas - blobs),
-        "tmp_files": sorted(p.name for p in tmp.iterdir()) if tmp.is_dir() else [],
+        # files, not directories: a live service holds an (empty) area of its own there
+        "tmp_files": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()),
         "integrity": integrity,
     }
 
