@@ -1,8 +1,8 @@
 """Time to a probe verdict, against the obvious way and the floor; queue latency; throughput.
 
     .venv/bin/python bench/time_to_verdict.py [--version 1.32.0] [--cold 3] [--warm 2]
-        [--side 3] [--latency 15] [--idle-s 60] [--builds 10000] [--load-s 5] [--json OUT]
-        [--only service,side,latency,throughput,installers]
+        [--side 3] [--latency 12] [--idle-s 60] [--builds 10000] [--load-s 5] [--json OUT]
+        [--only service,side,latency,throughput,installers,bytecode]
 
 Every figure is measured in this one run, on this machine, with the real registry wheel
 (tests/wheels.py):
@@ -22,6 +22,7 @@ Every figure is measured in this one run, on this machine, with the real registr
    a database of ``--builds`` builds (bench/dashboard_bench.py's filler), against a minimal
    FastAPI endpoint on the same machine (the ceiling).
 5. installers: uv against pip, building a dependency layer and installing the candidate alone.
+6. bytecode: the probe through a layer with bytecode against the same layer without it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_bench import free_port, seed_database, start_service  # noqa: E402
-from runner import envs, pipeline  # noqa: E402
+from runner import envs, layers, pipeline  # noqa: E402
 from runner.wire import Stage  # noqa: E402
 from tests.wheels import candidate_env, registry_wheel  # noqa: E402
 
@@ -206,11 +207,14 @@ def obvious(wheel: Path, work: Path) -> dict[str, float]:
     t1 = time.monotonic()
     extras = envs.install_extras(envs.read_wheel_metadata(wheel))
     target = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-    subprocess.run(
+    done = subprocess.run(
         [str(env.python), "-m", "pip", "install", "-q", "-c", str(work / "c.txt"), target],
-        check=True,
+        capture_output=True,
+        text=True,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
+    if done.returncode != 0:
+        raise SystemExit(f"the obvious way failed: {done.stderr[-2000:]}")
     t2 = time.monotonic()
     probe_s = _probe(env.python, work / "probe")
     return {"venv": t1 - t0, "install": t2 - t1, "probe": probe_s, "total": t2 - t0 + probe_s}
@@ -280,6 +284,30 @@ def installers(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
     return out
 
 
+def bytecode(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
+    """The probe through a layer with bytecode (as built now) and the same layer without it."""
+    layers_dir = tmp / "bc-layers"
+    layer = envs.ensure_layer(envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900)
+    assert layer is not None
+    bare = layers.Layer(root=tmp / "bc-bare", spec=layer.spec, built_s=None)
+    shutil.copytree(layer.root, bare.root, symlinks=True)
+    for cache in list(bare.root.rglob("__pycache__")):
+        shutil.rmtree(cache)
+    pythons = {}
+    for name, lay in (("layer with bytecode", layer), ("layer without bytecode", bare)):
+        env = envs.create_env(tmp / f"bc-env-{len(pythons)}")
+        layers.attach(env.site_packages(), lay)
+        cmd = envs.install_command("uv", env, [str(wheel)], no_deps=True)
+        subprocess.run(cmd, check=True, capture_output=True)
+        pythons[name] = env.python
+    out: dict[str, list[dict]] = {name: [] for name in pythons}
+    for rep in range(reps):
+        for name, python in pythons.items():
+            out[name].append({"probe": _probe(python, tmp / f"bc-probe-{rep}")})
+    layers.remove(bare.root)
+    return out
+
+
 # ---------------------------------------------------------------------------- queue latency
 
 
@@ -323,7 +351,8 @@ def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, ob
             wait_finished(http, build_id)
             rng = random.Random(8)
             for _ in range(n):
-                time.sleep(rng.uniform(0.0, 3.0))  # land anywhere in the runner's poll cycle
+                # land anywhere in the idle runner's cycle: a 20 s long poll, then a short pause
+                time.sleep(rng.uniform(0.0, 24.0))
                 build_id, _, t_up = submit(http, wheel)
                 wait_finished(http, build_id)
                 with sqlite3.connect(data / "fe-ci.sqlite3") as conn:
@@ -425,12 +454,12 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=3, help="cold runners (each then --warm)")
     parser.add_argument("--warm", type=int, default=2, help="warm builds per cold runner")
     parser.add_argument("--side", type=int, default=3, help="side-by-side repetitions")
-    parser.add_argument("--latency", type=int, default=15, help="submissions for queue latency")
+    parser.add_argument("--latency", type=int, default=12, help="submissions for queue latency")
     parser.add_argument("--idle-s", type=float, default=60.0)
     parser.add_argument("--builds", type=int, default=10_000)
     parser.add_argument("--load-s", type=float, default=5.0)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--only", default="service,side,latency,throughput,installers")
+    parser.add_argument("--only", default="service,side,latency,throughput,installers,bytecode")
     args = parser.parse_args()
     only = set(args.only.split(","))
     wheel = registry_wheel(args.version)
@@ -443,6 +472,7 @@ def main() -> None:
             ("latency", lambda: queue_latency(wheel, tmp, args.latency, args.idle_s)),
             ("throughput", lambda: throughput(tmp, args.builds, args.load_s)),
             ("installers", lambda: installers(wheel, tmp, args.side)),
+            ("bytecode", lambda: bytecode(wheel, tmp, args.side)),
         ]
         for name, fn in sections:
             if name in only:
@@ -475,6 +505,10 @@ def report(args: argparse.Namespace) -> None:
     if isinstance(inst, dict):
         print()
         table(inst, ["layer build", "candidate only (+ check)"])
+    bc = RESULTS.get("bytecode")
+    if isinstance(bc, dict):
+        print()
+        table(bc, ["probe"])
     lat = RESULTS.get("latency")
     if isinstance(lat, dict):
         values = lat["latency_s"]
