@@ -316,7 +316,10 @@ class Pipeline:
         return f"{how}; dependency layer {key} built in {warm.layer.built_s:.1f} s", ""
 
     def probe(self) -> StageResult:
-        result = self.run_inside(Stage.probe, {})
+        # an environment this runner made, or its own interpreter, must import the host's torch
+        own = not self.opts.preinstalled or self.python == Path(sys.executable)
+        expect_torch = own and envs.host_torch() is not None
+        result = self.run_inside(Stage.probe, {"expect_torch": expect_torch})
         if result.status in (Status.timeout, Status.crashed, Status.error):
             return result
         doc = self._extra.get(Stage.probe, {})

@@ -277,9 +277,12 @@ def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> 
     venv = tmp_path / "no-torch"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     out = tmp_path / "probe.json"
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"expect_torch": True}))  # as the runner asks of its own envs
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    probe = [str(venv / "bin" / "python"), "-m", "runner.inside.probe", "--in", str(params)]
     proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "runner.inside.probe", "--out", str(out)],
+        [*probe, "--out", str(out)],
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
@@ -290,3 +293,6 @@ def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> 
     assert doc["status"] == "error" and "torch does not import" in doc["reason"], doc
     assert "No module named 'torch'" in doc["reason"]
     StageResult.model_validate({"name": Stage.probe, **doc})
+    # asked of a bare interpreter (--preinstalled), the probe reports what it can, torch aside
+    doc = run_probe(venv / "bin" / "python", tmp_path)
+    assert any(u.startswith("torch: ModuleNotFoundError") for u in doc["unread"]), doc["unread"]

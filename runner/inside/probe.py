@@ -365,16 +365,19 @@ def _torch_unimportable() -> str | None:
 
 
 def probe(params: dict[str, Any]) -> dict[str, Any]:
-    if why := _torch_unimportable():
+    # The runner says when the environment is one it made to reuse the host's torch; elsewhere (a
+    # bare interpreter given to --preinstalled) torch may be absent and the probe reports the rest.
+    torch_missing = _torch_unimportable()
+    if torch_missing and params.get("expect_torch"):
         return {
             "status": "error",
-            "reason": f"torch does not import in the candidate's environment ({why}): "
+            "reason": f"torch does not import in the candidate's environment ({torch_missing}): "
             "the environment is broken, so nothing can be said about the build",
             "checks": [],
             "findings": [],
         }
     ledger = load_ledger(Path(params["ledger"]) if params.get("ledger") else LEDGER_PATH)
-    unread: list[str] = []
+    unread: list[str] = [f"torch: {torch_missing}"] if torch_missing else []
     version = _dist_version(DISTRIBUTION)
     if version is None:
         unread.append(f"distribution version: no {DISTRIBUTION} metadata in this environment")
