@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 import zipfile
 from pathlib import Path
 
@@ -162,3 +163,37 @@ def test_markers_and_extras_decide_the_dependency_set() -> None:
         "cuda-python",
         "nvidia-cutlass-dsl[cu13]>=4.8.0",
     )
+
+
+def test_two_runners_building_the_same_layer_build_it_once(tmp_path: Path) -> None:
+    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
+    layers_dir = tmp_path / "layers"
+    got: list[layers.Layer | None] = []
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            got.append(envs.ensure_layer(meta, layers_dir=layers_dir, timeout_s=900))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(got) == 2 and all(g is not None for g in got)
+    assert {g.root for g in got if g} == set(_built(layers_dir))
+    assert sorted(g.built_s is None for g in got if g) == [False, True]  # one built, one reused
+
+
+def test_without_uv_the_layer_is_built_by_pip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(envs, "find_uv", lambda: None)
+    first = _install(tmp_path, "job1", registry_wheel("1.32.0"), tmp_path / "layers")
+    reason = first.result.stages[0].reason
+    assert "by pip" in reason and "dependency layer" in reason, reason
+    second = _install(tmp_path, "job2", registry_wheel("1.32.0"), tmp_path / "layers")
+    assert "reused" in second.result.stages[0].reason
