@@ -114,6 +114,7 @@ class Agent:
         try:
             self.register()
             while not self.stop.is_set():
+                asked = time.monotonic()
                 try:
                     lease = self.client.claim(wait_s=self.intervals.claim_wait_s)
                 except httpx.TransportError as exc:
@@ -123,7 +124,8 @@ class Agent:
                 if lease is None:
                     if self.once:
                         return 0
-                    self.stop.wait(self._jitter(self.intervals.poll_s))
+                    if not self._held(time.monotonic() - asked):
+                        self.stop.wait(self._jitter(self.intervals.poll_s))
                     continue
                 self.run_job(lease)
                 self.jobs_done += 1
@@ -138,6 +140,11 @@ class Agent:
         finally:
             self.client.close()
         return 0
+
+    def _held(self, waited_s: float) -> bool:
+        """Whether the service held an empty claim as a long poll: then claim again at once (a
+        pause would leave a job submitted meanwhile waiting); a quick empty answer backs off."""
+        return self.intervals.claim_wait_s > 0 and waited_s >= self.intervals.claim_wait_s / 2
 
     @staticmethod
     def _jitter(base: float) -> float:

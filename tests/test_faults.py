@@ -92,3 +92,23 @@ def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)
     assert "event=job_cancelled" in (tmp_path / "runner.log").read_text()
+
+
+def test_an_idle_runner_claims_again_as_soon_as_a_long_poll_ends_empty(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The service holds each empty claim for the claim wait (1 s here); the runner asks again at
+    once instead of pausing for its poll interval (60 s here), so a job submitted meanwhile is
+    taken on the next poll."""
+    svc: Service = make_service()
+    runner = start_runner(svc, tmp_path, FE_CI_CLAIM_WAIT_S="1", FE_CI_POLL_INTERVAL_S="60")
+    try:
+        time.sleep(4)
+        log = (tmp_path / "runner.log").read_text()
+        assert log.count("/api/jobs/claim") >= 3, log  # held polls, back to back
+        build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", "VALUE = 1\n"))
+        r = wait_for(svc, build, lambda r: r["jobs"][0]["status"] != "queued", timeout=30)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
+    assert r["jobs"][0]["runner"] == "r1"
