@@ -20,7 +20,7 @@ from types import FrameType
 import httpx
 
 from runner import labels as host_labels
-from runner import pipeline
+from runner import pipeline, zygotes
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
 from runner.wire import JobLease, Stage, StageResult
@@ -88,6 +88,9 @@ class Agent:
         self.stop = threading.Event()
         self.labels = host_labels.host_labels(settings.runner_labels)
         self.client = Client(settings.url)
+        self.zygotes = (
+            zygotes.Zygotes(Path(settings.cache_dir) / "zygotes") if settings.warm_workers else None
+        )
         self.lease_deadline = 0.0  # monotonic time past which the current lease is surely gone
         self.jobs_done = 0
 
@@ -139,6 +142,8 @@ class Agent:
             raise
         finally:
             self.client.close()
+            if self.zygotes is not None:
+                self.zygotes.close()
         return 0
 
     def _held(self, waited_s: float) -> bool:
@@ -251,6 +256,7 @@ class Agent:
             gpu=self.labels.get("gpu"),
             report_unselected=False,
             compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            zygotes=self.zygotes,
         )
         pipe = pipeline.Pipeline(opts)
         poster = _Poster(self, lease, pipe)

@@ -42,6 +42,8 @@ class RunnerSettings(BaseSettings):
     control_share: float = Field(default=0.5, gt=0, le=1)
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)
+    # keep warm parents (torch and the dependency layer imported) for the CPU stages
+    warm_workers: bool = True
 
     _split = field_validator("runner_labels", mode="before")(_labels)
 

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import compare, envs, layers, ledger, sandbox
 from runner.config import RunnerSettings
@@ -30,6 +30,9 @@ from runner.wire import (
     StageResult,
     Status,
 )
+
+if TYPE_CHECKING:
+    from runner.zygotes import Zygote, Zygotes
 
 log = logging.getLogger("fe_ci.pipeline")
 
@@ -81,6 +84,8 @@ class Options:
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds; keyed inside per build
     layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
+    # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
+    zygotes: Zygotes | None = None
     skip_reason: str = "not selected by --stages"
     report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
 
@@ -117,7 +122,7 @@ def candidate_environ(base: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
-def _private_source(work_dir: Path) -> Path:
+def private_source(work_dir: Path) -> Path:
     """A copy of the candidate-side package: the candidate sees no other runner code."""
     root = work_dir / "src"
     if root.exists():
@@ -165,6 +170,7 @@ class Pipeline:
         self.python: Path = opts.candidate_python or Path(sys.executable)
         self._src: Path | None = None
         self._extra: dict[str, Any] = {}
+        self._layer: layers.Layer | None = None  # the env is exactly this layer + the candidate
 
     # ------------------------------------------------------------------ plumbing
 
@@ -180,7 +186,7 @@ class Pipeline:
     def run_inside(self, stage: Stage, params: dict[str, Any]) -> StageResult:
         work = self.opts.work_dir
         if self._src is None:
-            self._src = _private_source(work)
+            self._src = private_source(work)
         params_path = work / f"{stage}.params.json"
         out_path = work / f"{stage}.result.json"
         params_path.write_text(json.dumps(params, default=str))
@@ -201,17 +207,31 @@ class Pipeline:
         )
         if stage == Stage.probe:
             env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
-        cmd = [str(self.python), "-m", _INSIDE_STAGES[stage], "--in", str(params_path)]
-        cmd += ["--out", str(out_path)]
-        outcome = sandbox.run(
-            cmd,
-            timeout_s=self.opts.stage_timeout_s,
-            log_path=work / "logs" / f"{stage}.log",
-            env=env,
-            cwd=work,
-            cancel=self.cancel,
-            isolate=True,
-        )
+        argv = ["--in", str(params_path), "--out", str(out_path)]
+        log_path = work / "logs" / f"{stage}.log"
+        outcome = None
+        if (zygote := self._zygote(stage)) is not None:
+            outcome = zygote.run(
+                module=_INSIDE_STAGES[stage],
+                argv=argv,
+                env=env,
+                cwd=work,
+                sites=[envs.CandidateEnv(self.python.parent.parent).site_packages()],
+                python=self.python,
+                log_path=log_path,
+                timeout_s=self.opts.stage_timeout_s,
+                cancel=self.cancel,
+            )
+        if outcome is None:
+            outcome = sandbox.run(
+                [str(self.python), "-m", _INSIDE_STAGES[stage], *argv],
+                timeout_s=self.opts.stage_timeout_s,
+                log_path=log_path,
+                env=env,
+                cwd=work,
+                cancel=self.cancel,
+                isolate=True,
+            )
         if not outcome.ok or not out_path.is_file():
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
@@ -222,6 +242,16 @@ class Pipeline:
         if result.status in (Status.error,) and not result.log_tail:
             result.log_tail = outcome.log_tail
         return result
+
+    def _zygote(self, stage: Stage) -> Zygote | None:
+        """A warm parent for this stage, where one may serve: CPU-only stages (the probe; the
+        refusal decisions of a job with no GPU family) of a build installed on a layer."""
+        o = self.opts
+        if o.zygotes is None or self._layer is None:
+            return None
+        if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
+            return None
+        return o.zygotes.get(self._layer, candidate_environ(dict(os.environ)))
 
     # ------------------------------------------------------------------ stages
 
@@ -308,6 +338,7 @@ class Pipeline:
         if warm.problems:
             return None, f"; the layer did not satisfy: {'; '.join(warm.problems[:3])}"
         how = f"candidate only, --no-deps, by {warm.installer}"
+        self._layer = warm.layer
         if warm.layer is None:
             return f"{how}; no dependencies declared", ""
         key = warm.layer.spec.key

@@ -1,0 +1,197 @@
+"""Warm parents for the CPU stages (runner/zygotes.py, runner/inside/zygote.py).
+
+A real dependency layer of the registry's 1.32.0 wheel, a real zygote process in the sandbox a
+stage gets (network namespace and uid 65534 where the runner is root, as in CI), real forks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner import envs, layers, pipeline, sandbox, zygotes
+from runner.wire import Stage, Status
+from tests.test_sandbox import _alive
+from tests.wheels import registry_wheel
+
+pytestmark = pytest.mark.slow  # builds a real dependency layer
+
+
+@pytest.fixture(scope="module")
+def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
+    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
+    built = envs.ensure_layer(meta, layers_dir=tmp_path_factory.mktemp("layers"), timeout_s=900)
+    assert built is not None
+    return built
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
+    zs = zygotes.Zygotes(tmp_path / "zygotes")
+    yield zs
+    zs.close()
+
+
+def _module_dir(tmp_path: Path, name: str, code: str) -> Path:
+    """A directory holding one module, readable by the sandboxed child."""
+    where = tmp_path / "mods"
+    sandbox.hand_over(where)
+    where.mkdir(exist_ok=True)
+    (where / f"{name}.py").write_text(code)
+    os.chmod(where / f"{name}.py", 0o644)
+    return where
+
+
+def _run(z: zygotes.Zygote, tmp_path: Path, name: str, code: str, **kw: object):  # type: ignore[no-untyped-def]
+    mods = _module_dir(tmp_path, name, code)
+    work = tmp_path / f"work-{name}"
+    sandbox.hand_over(work)
+    return z.run(
+        module=name,
+        argv=["a1"],
+        env={"PATH": os.environ.get("PATH", ""), "MARK": "from-the-request"},
+        cwd=work,
+        sites=[mods],
+        python=z.python,
+        log_path=tmp_path / f"{name}.log",
+        **{"timeout_s": 60.0, **kw},  # type: ignore[arg-type]
+    )
+
+
+def test_a_forked_stage_is_sandboxed_and_sees_its_request(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer, dict(os.environ))
+    assert z is not None and z.preloaded["torch"] == "ok", z and z.preloaded
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = (
+        "import os, sys, socket\n"
+        "print('torch preloaded', 'torch' in sys.modules, 'argv', sys.argv[1:])\n"
+        "print('mark', os.environ.get('MARK'), 'cwd', os.getcwd())\n"
+        "print('uid', os.getuid(), 'leader', os.getpgid(0) == os.getpid())\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        f"try:\n    s.connect(('127.0.0.1', {port})); print('connected')\n"
+        "except OSError as e:\n    print('refused', type(e).__name__)\n"
+    )
+    out = _run(z, tmp_path, "peek", code)
+    server.close()
+    assert out is not None and out.ok, out
+    assert "torch preloaded True argv ['a1']" in out.log_tail
+    assert f"mark from-the-request cwd {tmp_path / 'work-peek'}" in out.log_tail
+    assert "leader True" in out.log_tail
+    if sandbox.isolation() == "netns,uid":  # the runner is root (CI is): both apply
+        assert "refused" in out.log_tail and "connected" not in out.log_tail
+        assert f"uid {sandbox.UNPRIVILEGED_UID}" in out.log_tail
+    assert z.forks == 1
+
+
+def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer, dict(os.environ))
+    assert z is not None
+    hang = _run(
+        z,
+        tmp_path,
+        "hang",
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print('grandchild', p.pid, flush=True)\ntime.sleep(600)\n",
+        timeout_s=2.0,
+    )
+    assert hang is not None and hang.status == "timeout", hang
+    grandchild = int(hang.log_tail.split("grandchild ")[1].split()[0])
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild), "the stage's child outlived the timeout"
+    crash = _run(
+        z,
+        tmp_path,
+        "crash",
+        "import ctypes\nprint('about to crash', flush=True)\nctypes.string_at(0)\n",
+    )
+    assert crash is not None and crash.status == "crashed" and crash.signal == signal.SIGSEGV
+    assert "about to crash" in crash.log_tail
+    failed = _run(z, tmp_path, "three", "raise SystemExit(3)\n")
+    assert failed is not None and (failed.status, failed.returncode) == ("failed", 3)
+    assert z.alive() and pool.get(layer, dict(os.environ)) is z
+
+
+def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer, dict(os.environ))
+    assert z is not None
+    os.killpg(z.proc.pid, signal.SIGKILL)
+    z.proc.wait()
+    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
+    again = pool.get(layer, dict(os.environ))
+    assert again is not None and again is not z and again.alive()
+
+
+def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    wheel = registry_wheel("1.32.0")
+    stages = [Stage.install, Stage.probe, Stage.refusal]
+
+    def build(name: str, zs: zygotes.Zygotes | None) -> pipeline.Pipeline:
+        opts = pipeline.Options(
+            stages=stages,
+            work_dir=tmp_path / name,
+            layers_dir=layer.root.parent,
+            zygotes=zs,
+            report_unselected=False,
+        )
+        pipe = pipeline.Pipeline(opts)
+        assert pipe.install(wheel).status == Status.pass_
+        return pipe
+
+    plain = build("plain", None)
+    warm = build("warm", pool)
+    answers = []
+    for pipe in (plain, warm):
+        probe = pipe.probe()
+        refusal = pipe.run_inside(Stage.refusal, {})
+        assert probe.status == Status.pass_ and refusal.status == Status.pass_, (probe, refusal)
+        answers.append((probe.capabilities, [r.model_dump() for r in refusal.refusal]))
+    assert answers[0] == answers[1]
+    (z,) = pool._live.values()
+    assert z.forks == 2  # the warm build's probe and refusal, not the plain one's
+
+
+def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from runner import envs, zygotes\n"
+        f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
+        f"layer = envs.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
+        "timeout_s=900)\n"
+        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer, dict(os.environ))\n"
+        "print(z.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert runner.stdout is not None
+    zygote_pid = int(runner.stdout.readline())
+    assert _alive(zygote_pid)
+    runner.kill()
+    runner.wait()
+    deadline = time.monotonic() + 10
+    while _alive(zygote_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(zygote_pid), "the zygote outlived its runner"
