@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_bench import free_port, seed_database, start_service  # noqa: E402
-from runner import envs, layers, pipeline  # noqa: E402
+from runner import envs, layers, pipeline, zygotes  # noqa: E402
 from runner.wire import Stage  # noqa: E402
 from tests.wheels import candidate_env, registry_wheel  # noqa: E402
 
@@ -220,8 +220,12 @@ def obvious(wheel: Path, work: Path) -> dict[str, float]:
     return {"venv": t1 - t0, "install": t2 - t1, "probe": probe_s, "total": t2 - t0 + probe_s}
 
 
-def warm_path(wheel: Path, work: Path, layers_dir: Path) -> dict[str, float]:
-    opts = pipeline.Options(stages=[Stage.probe], work_dir=work, layers_dir=layers_dir)
+def warm_path(
+    wheel: Path, work: Path, layers_dir: Path, pool: zygotes.Zygotes | None = None
+) -> dict[str, float]:
+    opts = pipeline.Options(
+        stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, zygotes=pool
+    )
     pipe = pipeline.Pipeline(opts)
     t = time.monotonic()
     inst = pipe.install(wheel)
@@ -243,20 +247,29 @@ def warm_path(wheel: Path, work: Path, layers_dir: Path) -> dict[str, float]:
 def side_by_side(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
     layers_dir = tmp / "side-layers"
     preinstalled = candidate_env(wheel.name.split("-")[1]).python
+    pool = zygotes.Zygotes(tmp / "side-zygotes")
+    # the layer exists before the first timed warm run, and the runner's zygote for it is up
+    # (a long-running runner starts it with the first build on the layer)
     pipeline.Pipeline(
         pipeline.Options(stages=[Stage.probe], work_dir=tmp / "prime", layers_dir=layers_dir)
-    ).install(wheel)  # the layer exists before the first timed warm run
-    out: dict[str, list[dict]] = {"obvious": [], "warm": [], "floor": []}
-    for rep in range(reps):
-        work = tmp / f"side-{rep}"
-        out["obvious"].append(obvious(wheel, work / "obvious"))
-        out["warm"].append(warm_path(wheel, work / "warm", layers_dir))
-        out["floor"].append({"probe": (f := _probe(preinstalled, work / "floor")), "total": f})
-        shutil.rmtree(work, ignore_errors=True)
-        print(
-            "  " + ", ".join(f"{k} {v[-1]['total']:.2f} s" for k, v in out.items()),
-            flush=True,
-        )
+    ).install(wheel)
+    warm_path(wheel, tmp / "prime-zygote", layers_dir, pool)
+    out: dict[str, list[dict]] = {"obvious": [], "warm": [], "warm+zygote": [], "floor": []}
+    try:
+        for rep in range(reps):
+            work = tmp / f"side-{rep}"
+            out["obvious"].append(obvious(wheel, work / "obvious"))
+            out["warm"].append(warm_path(wheel, work / "warm", layers_dir))
+            out["warm+zygote"].append(warm_path(wheel, work / "zygote", layers_dir, pool))
+            floor = _probe(preinstalled, work / "floor")
+            out["floor"].append({"probe": floor, "total": floor})
+            shutil.rmtree(work, ignore_errors=True)
+            print(
+                "  " + ", ".join(f"{k} {v[-1]['total']:.2f} s" for k, v in out.items()),
+                flush=True,
+            )
+    finally:
+        pool.close()
     return out
 
 
@@ -494,6 +507,8 @@ def report(args: argparse.Namespace) -> None:
         med = {k: statistics.median(r["total"] for r in v) for k, v in side.items()}
         print(f"\nobvious / warm path: {med['obvious'] / med['warm']:.1f}x")
         print(f"warm path / floor: {med['warm'] / med['floor']:.2f}x")
+        print(f"obvious / warm path with its zygote: {med['obvious'] / med['warm+zygote']:.1f}x")
+        print(f"warm path with its zygote / floor: {med['warm+zygote'] / med['floor']:.2f}x")
         if isinstance(svc, dict):
             key = "probe verdict stored (from POST)"
             warm_total = statistics.median(r[key] for r in svc["warm"])
