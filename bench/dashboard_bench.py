@@ -38,7 +38,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
+def service_env(data: Path) -> dict[str, str]:
+    """The environment of a benchmark's service on ``data``: its own tokens, no GPU families."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
     env.update(
         FE_CI_DATA_DIR=str(data),
@@ -48,6 +49,11 @@ def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
         FE_CI_GPU_ARCHS="",
         PYTHONPATH=str(ROOT),
     )
+    return env
+
+
+def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
+    env = service_env(data)
     log = open(data.parent / "service.log", "ab")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner.cli", "serve", "--port", str(port)],

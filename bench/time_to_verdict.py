@@ -49,7 +49,12 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.dashboard_bench import free_port, seed_database, start_service  # noqa: E402
+from bench.dashboard_bench import (  # noqa: E402
+    free_port,
+    seed_database,
+    service_env,
+    start_service,
+)
 from runner import envs, layers, pipeline, zygotes  # noqa: E402
 from runner.wire import Stage  # noqa: E402
 from tests.wheels import candidate_env, registry_wheel  # noqa: E402
@@ -328,15 +333,7 @@ def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, ob
     data = tmp / "lat-data"
     data.mkdir()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
-    env.update(
-        FE_CI_DATA_DIR=str(data),
-        FE_CI_SUBMIT_TOKEN="bench-submit-token",
-        FE_CI_RUNNER_TOKEN="bench-runner-token",
-        FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
-        FE_CI_GPU_ARCHS="",
-        PYTHONPATH=str(ROOT),
-    )
+    env = service_env(data)
     log = tmp / "lat-access.log"
     # the same application as ``fe-ci serve``, with uvicorn's access log on: it counts the claims
     cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory"]

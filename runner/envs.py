@@ -143,14 +143,19 @@ def pip_install_command(
     ]
     if constraints is not None:
         cmd += ["--constraint", str(constraints)]
+    return [*cmd, *_source_args(index_url, wheelhouse), target]
+
+
+def _source_args(index_url: str | None, wheelhouse: Path | None) -> list[str]:
+    """Where packages come from, in flags pip and uv share (a wheelhouse alone: no index)."""
+    args: list[str] = []
     if wheelhouse is not None:
-        cmd += ["--find-links", str(wheelhouse)]
+        args += ["--find-links", str(wheelhouse)]
         if index_url is None:
-            cmd.append("--no-index")
+            args.append("--no-index")
     if index_url is not None:
-        cmd += ["--index-url", index_url]
-    cmd.append(target)
-    return cmd
+        args += ["--index-url", index_url]
+    return args
 
 
 def install_candidate(
@@ -243,13 +248,7 @@ def install_command(
         cmd += ["--constraint", str(constraints)]
     if overrides is not None:
         cmd += ["--override", str(overrides)]
-    if wheelhouse is not None:
-        cmd += ["--find-links", str(wheelhouse)]
-        if index_url is None:
-            cmd.append("--no-index")
-    if index_url is not None:
-        cmd += ["--index-url", index_url]
-    return cmd + targets
+    return [*cmd, *_source_args(index_url, wheelhouse), *targets]
 
 
 def _installer_env() -> dict[str, str]:

@@ -197,3 +197,20 @@ def test_without_uv_the_layer_is_built_by_pip(
     assert "by pip" in reason and "dependency layer" in reason, reason
     second = _install(tmp_path, "job2", registry_wheel("1.32.0"), tmp_path / "layers")
     assert "reused" in second.result.stages[0].reason
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_wheelhouse_alone_means_no_index_and_an_index_is_passed_on(
+    installer: str, tmp_path: Path
+) -> None:
+    if installer == "uv" and envs.find_uv() is None:
+        pytest.skip("uv is not installed beside the runner")
+    env = envs.CandidateEnv(tmp_path / "env")
+    offline = envs.install_command(installer, env, ["x.whl"], wheelhouse=tmp_path / "wh")
+    assert offline[offline.index("--find-links") + 1] == str(tmp_path / "wh")
+    assert "--no-index" in offline and offline[-1] == "x.whl"
+    both = envs.install_command(
+        installer, env, ["x.whl"], wheelhouse=tmp_path / "wh", index_url="http://127.0.0.1:1/simple"
+    )
+    assert "--no-index" not in both and both[-1] == "x.whl"
+    assert both[both.index("--index-url") + 1] == "http://127.0.0.1:1/simple"
