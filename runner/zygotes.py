@@ -230,7 +230,9 @@ class Zygotes:
             sandbox.make_reachable(torch.site_dir)
         socket_path = sockets / "zygote.sock"
         child_env = dict(environ)
-        child_env.update(PYTHONPATH=str(src), HOME=str(home), TMPDIR=str(home))
+        child_env.update(
+            PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1", HOME=str(home), TMPDIR=str(home)
+        )
         cmd = [*sandbox.isolation_prefix(), str(env.python), "-m", "runner.inside.zygote"]
         cmd += ["--socket", str(socket_path), "--preload", ",".join(self.preload)]
         cmd += ["--parent", str(os.getpid())]

@@ -74,6 +74,9 @@ def _child(request: dict[str, Any], log_fd: int) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # what the interpreter reads only at start-up, from the stage's environment; the stage's own
+    # PYTHONPATH (the runner's candidate-side source) is the same code this process already has
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     for path in request["sites"]:  # the job's environment: the candidate, with its .pth files
         site.addsitedir(path)
     sys.executable = request["python"]  # what the stage would have been started with
