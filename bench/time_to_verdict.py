@@ -329,6 +329,16 @@ def bytecode(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
 # ---------------------------------------------------------------------------- queue latency
 
 
+def wait_until_up(url: str, tries: int = 300) -> None:
+    """Until ``url`` answers at all (a server just started), 0.1 s apart."""
+    for _ in range(tries):
+        try:
+            httpx.get(url)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+
+
 def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, object]:
     data = tmp / "lat-data"
     data.mkdir()
@@ -346,12 +356,7 @@ def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, ob
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(f"{url}/api/builds?limit=1")
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
+    wait_until_up(f"{url}/api/builds?limit=1")
     runner = start_runner(url, tmp / "lat-cache", tmp / "lat-runner.log", "lat1")
     lat: list[float] = []
     try:
@@ -425,12 +430,7 @@ def throughput(tmp: Path, builds: int, seconds: float, reps: int = 3) -> dict[st
     minimal = subprocess.Popen(cmd, cwd=tmp)
     out: dict[str, list[float]] = {}
     try:
-        for _ in range(300):
-            try:
-                httpx.get(f"http://127.0.0.1:{mport}/ping")
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_until_up(f"http://127.0.0.1:{mport}/ping")
         targets: list[tuple[str, str, str]] = [
             ("minimal FastAPI /ping (ceiling)", f"http://127.0.0.1:{mport}", "/ping"),
             (f"GET /api/builds/{ids['newest_pass']}", f"http://127.0.0.1:{port}",

@@ -140,6 +140,16 @@ def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageR
     return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
 
 
+def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
+    return StageResult(
+        name=Stage.install,
+        status=Status.pass_,
+        reason=f"installed {what} in {duration:.1f} s ({how})",
+        duration_s=duration,
+        version=version,
+    )
+
+
 def _failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
     status = {
         "timeout": Status.timeout,
@@ -278,14 +288,7 @@ class Pipeline:
         if self.opts.layers_dir is not None:
             warm, note = self._install_warm(env, wheel)
             if warm is not None:
-                duration = time.monotonic() - start
-                return StageResult(
-                    name=Stage.install,
-                    status=Status.pass_,
-                    reason=f"installed {what} in {duration:.1f} s ({venv}; {warm})",
-                    duration_s=duration,
-                    version=meta.version,
-                )
+                return _installed(what, time.monotonic() - start, f"{venv}; {warm}", meta.version)
             env = envs.create_env(self.opts.work_dir / "env")  # fresh: nothing of the attempt
         outcome = envs.install_candidate(
             env,
@@ -297,13 +300,7 @@ class Pipeline:
         )
         duration = time.monotonic() - start
         if outcome.ok:
-            return StageResult(
-                name=Stage.install,
-                status=Status.pass_,
-                reason=f"installed {what} in {duration:.1f} s ({venv}; plain install{note})",
-                duration_s=duration,
-                version=meta.version,
-            )
+            return _installed(what, duration, f"{venv}; plain install{note}", meta.version)
         if outcome.status in ("timeout", "crashed"):
             return _failed_stage(Stage.install, outcome)
         errors = _PIP_ERROR.findall(outcome.log_tail)
