@@ -10,6 +10,7 @@ import logging
 import random
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -19,8 +20,8 @@ from types import FrameType
 
 import httpx
 
+from runner import envs, pipeline, zygotes
 from runner import labels as host_labels
-from runner import pipeline, zygotes
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
 from runner.wire import JobLease, Stage, StageResult
@@ -113,7 +114,31 @@ class Agent:
         log.info("event=registered runner=%s id=%s labels=%s", reg.name, reg.runner_id, self.labels)
 
     def run(self) -> int:
-        """Returns the process exit status: 0 on a clean stop, 3 when the service refuses us."""
+        """Returns the process exit status: 0 on a clean stop, 3 when the service refuses us or
+        this host cannot run jobs. A clean stop tells the service, so the runner shows offline at
+        once rather than alive until its last call ages out."""
+        problem = preflight()
+        if problem is not None:
+            log.error("event=cannot_start reason=%r", problem)
+            return 3
+        try:
+            code = self._serve()
+            if code == 0 and self.client.token:
+                self._say_offline()
+            return code
+        finally:
+            self.client.close()
+            if self.zygotes is not None:
+                self.zygotes.close()
+
+    def _say_offline(self) -> None:
+        try:
+            self.client.offline()
+            log.info("event=offline runner=%s", self.settings.runner_name)
+        except (ServiceError, httpx.TransportError) as exc:
+            log.warning("event=offline_not_told error=%r", exc)
+
+    def _serve(self) -> int:
         try:
             self.register()
             while not self.stop.is_set():
@@ -140,10 +165,6 @@ class Agent:
                 log.error("event=refused_by_service error=%s", exc)
                 return 3
             raise
-        finally:
-            self.client.close()
-            if self.zygotes is not None:
-                self.zygotes.close()
         return 0
 
     def _held(self, waited_s: float) -> bool:
@@ -304,6 +325,18 @@ class Agent:
             log.info("event=job_finished job=%s", lease.job_id)
         except LeaseLost as exc:
             log.warning("event=job_abandoned job=%s reason=%s", lease.job_id, exc)
+
+
+def preflight() -> str | None:
+    """Why this host cannot run jobs, or None. A runner without torch would only fail every job
+    (or, worse, let a candidate's install pull some torch from the index), so it does not start."""
+    if envs.host_torch() is None:
+        return (
+            f"this runner's Python ({sys.executable}) has no torch; the runner reuses the host's "
+            "torch in every candidate environment. Install it beside fe-ci (for example "
+            '`./scripts/install DIR "" torch==2.13.0`) and start the runner from there'
+        )
+    return None
 
 
 def _seconds_until(when: datetime) -> float:

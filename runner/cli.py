@@ -1,13 +1,15 @@
 """``fe-ci``: serve, runner, submit, validate.
 
 The service is imported only inside ``serve``, so a runner host needs none of its dependencies.
+Help is plain Click text, wrapped at a fixed width whether or not stdout is a terminal, so a
+piped ``--help`` is never cut short.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import re
 import shutil
 import sys
 import tempfile
@@ -19,37 +21,39 @@ from typing import Annotated
 import httpx
 import typer
 
-from runner import envs, labels, pipeline
+from runner import envs, labels, localreport, pipeline
 from runner.config import RunnerSettings
-from runner.verdict import EXIT_CODES, judge
+from runner.verdict import EXIT_CODES
 from runner.wire import (
     STAGE_ORDER,
     BuildReport,
-    BuildStatus,
     Capability,
-    DriftReport,
-    JobKind,
-    JobReport,
-    JobState,
-    RefusalReport,
     Stage,
-    StageResult,
-    Status,
     Verdict,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
 
-_MARK = {
-    Status.pass_: "ok ",
-    Status.fail: "FAIL",
-    Status.inconclusive: "??? ",
-    Status.error: "ERR ",
-    Status.timeout: "TIME",
-    Status.crashed: "CRSH",
-    Status.skipped: "skip",
-    Status.not_applicable: "n/a ",
-}
+\b
+Exit codes (validate, and submit --wait):
+  0  pass
+  1  fail or error (or the service could not be reached or answered with an error)
+  2  inconclusive or incomplete
+  3  a runner the service refused (a bad or revoked token), or one that cannot start
+  4  bad input: a file that is not a wheel, an unknown stage, a wrong option or argument
+"""
+EXIT_REFUSED = 3
+EXIT_BAD_INPUT = 4
+EXIT_FAILED = 1
+_WIDTH = 100
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=HELP,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": _WIDTH, "terminal_width": _WIDTH},
+)
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -60,19 +64,23 @@ def setup_logging(level: str = "INFO") -> None:
     )
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     return typer.Exit(code)
 
+
+# The argument is named in each command's text: Typer would print it with a "<path>" label.
+WHEEL_ARG = typer.Argument(metavar="WHEEL", show_default=False, hidden=True)
+LOG_LEVEL = typer.Option(metavar="LEVEL", help="debug, info, warning or error (logs go to stderr)")
 
 # ------------------------------------------------------------------------------------- serve
 
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
-    log_level: Annotated[str, typer.Option()] = "info",
+    host: Annotated[str, typer.Option(metavar="HOST", help="interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="port to listen on")] = 8080,
+    log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
     """Run the service (API, dashboard, runner protocol)."""
     import uvicorn
@@ -102,13 +110,22 @@ def serve(
 
 @app.command()
 def runner(
-    once: Annotated[bool, typer.Option(help="take at most one job, then exit")] = False,
-    log_level: Annotated[str, typer.Option()] = "info",
+    once: Annotated[bool, typer.Option("--once", help="take at most one job, then exit")] = False,
+    log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
-    """Run a runner: claim jobs from the service at FE_CI_URL and run them."""
-    from runner.agent import Agent
+    """Run a runner: claim jobs from the service at FE_CI_URL and run them.
+
+    \b
+    Environment: FE_CI_URL (the service, default http://127.0.0.1:8080), FE_CI_RUNNER_TOKEN (the
+    registration token), FE_CI_RUNNER_NAME, FE_CI_RUNNER_LABELS (e.g. arch=sm_90,builder=1).
+    The runner tells the service when it stops cleanly (--once, SIGTERM, Ctrl-C).
+    """
+    from runner.agent import Agent, preflight
 
     setup_logging(log_level)
+    problem = preflight()
+    if problem is not None:
+        raise fail(problem, EXIT_REFUSED)
     agent = Agent(RunnerSettings(), once=once)
     agent.install_signal_handlers()
     raise typer.Exit(agent.run())
@@ -119,17 +136,33 @@ def runner(
 
 @app.command()
 def submit(
-    wheel: Annotated[Path | None, typer.Argument(help="a nvidia-cudnn-frontend wheel")] = None,
-    commit: Annotated[str | None, typer.Option(help="a 40-hex commit of the repository")] = None,
-    wait: Annotated[bool, typer.Option(help="wait for the verdict; exit as validate does")] = False,
+    wheel: Annotated[Path | None, WHEEL_ARG] = None,
+    commit: Annotated[
+        str | None,
+        typer.Option(metavar="SHA", help="the full 40-hex id of a commit of the repository"),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for the verdict; exit as validate does")
+    ] = False,
 ) -> None:
-    """Submit a wheel or a commit to a running service."""
+    """Submit WHEEL (a nvidia-cudnn-frontend wheel) or --commit SHA to a running service.
+
+    \b
+    Environment: FE_CI_URL (the service, default http://127.0.0.1:8080) and
+    FE_CI_SUBMIT_TOKEN (the submit token; beside a local service it is read from
+    ./data/tokens.env, or FE_CI_DATA_DIR/tokens.env).
+    """
     s = RunnerSettings()
     token = s.token("submit_token")
     if not token:
         raise fail("set FE_CI_SUBMIT_TOKEN (or run beside the service's data directory)")
     if (wheel is None) == (commit is None):
         raise fail("give a WHEEL or --commit SHA (one of them)")
+    if commit is not None and not _SHA.fullmatch(commit.lower()):
+        raise fail(
+            f"--commit {commit!r} is not a full commit id: give all 40 hex digits "
+            "(`git rev-parse HEAD` prints them)"
+        )
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=s.url, timeout=600.0) as http:
         try:
@@ -145,10 +178,9 @@ def submit(
             else:
                 resp = http.post("/validate", json={"commit": commit}, headers=headers)
         except httpx.TransportError as exc:
-            raise fail(f"cannot reach the service at {s.url}: {exc}") from exc
+            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_FAILED) from exc
         if resp.status_code != 202:
-            err = resp.json().get("error", {}) if resp.content else {}
-            raise fail(f"{resp.status_code} {err.get('code')}: {err.get('message', resp.text)}", 1)
+            raise _refused(resp, s.url)
         body = resp.json()
         typer.echo(f"build {body['build_id']}: {s.url.rstrip('/')}{body['url']}")
         if not wait:
@@ -161,29 +193,30 @@ def submit(
             time.sleep(1.0)
 
 
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def _refused(resp: httpx.Response, url: str) -> typer.Exit:
+    """The service's error answer, said in words for a person at a terminal."""
+    try:
+        err = resp.json().get("error", {})
+    except ValueError:
+        err = {}
+    message = str(err.get("message") or resp.reason_phrase)
+    if resp.status_code in (401, 403):
+        return fail(
+            f"the service at {url} does not accept this submit token: check FE_CI_SUBMIT_TOKEN "
+            f"({message})",
+            EXIT_FAILED,
+        )
+    if 400 <= resp.status_code < 500:
+        return fail(f"the service refused the submission: {message}")
+    return fail(
+        f"the service at {url} failed ({resp.status_code}): {message}; see its log", EXIT_FAILED
+    )
+
+
 # ---------------------------------------------------------------------------------- validate
-
-
-class _Progress:
-    def __init__(self) -> None:
-        self.t0 = 0.0
-
-    def started(self, stage: Stage) -> None:
-        self.t0 = time.monotonic()
-        typer.echo(f"  ... {stage.value:<12} running", err=True)
-
-    def finished(self, result: StageResult) -> None:
-        mark = _MARK.get(result.status, "?")
-        colour = {
-            Status.pass_: typer.colors.GREEN,
-            Status.fail: typer.colors.RED,
-            Status.error: typer.colors.RED,
-            Status.timeout: typer.colors.RED,
-            Status.crashed: typer.colors.RED,
-            Status.inconclusive: typer.colors.YELLOW,
-        }.get(result.status)
-        line = f"  [{mark}] {result.name.value:<12} {result.status.value:<15} {result.reason}"
-        typer.secho(line[:200], fg=colour, err=True)
 
 
 def _parse_stages(text: str | None) -> list[Stage]:
@@ -208,96 +241,50 @@ def _load_previous(path: Path) -> dict[str, Capability]:
         raise fail(f"--previous {path}: not a build report ({exc})") from exc
 
 
-def local_report(
-    result: pipeline.Result, *, wheel: Path | None, family: str | None, version: str | None
-) -> BuildReport:
-    job = JobReport(
-        id=None,
-        kind=JobKind.gpu if family else JobKind.cpu,
-        family=family,
-        runner="local",
-        status=JobState.finished,
-        environment=result.environment,
-        stages=result.stages,
-    )
-    sha = hashlib.sha256(wheel.read_bytes()).hexdigest() if wheel else None
-    report = BuildReport(
-        source="wheel",
-        version=result.version or version,
-        sha256=sha,
-        filename=wheel.name if wheel else None,
-        status=BuildStatus.finished,
-        verdict=Verdict.pending,
-        negative_control=result.negative_control,
-        capabilities=result.capabilities,
-        findings=result.findings,
-        jobs=[job],
-        drift=[
-            DriftReport.model_validate({**d.model_dump(), "family": family})
-            for s in result.stages
-            for d in s.drift
-        ],
-        refusal=[
-            RefusalReport.model_validate(r.model_dump()) for s in result.stages for r in s.refusal
-        ],
-    )
-    judgement = judge(report)
-    report.verdict, report.verdict_reason = judgement.verdict, judgement.reason
-    return report
-
-
-def print_report(report: BuildReport) -> None:
-    typer.echo(
-        f"\nnvidia-cudnn-frontend {report.version or '?'}  ({report.filename or 'preinstalled'})"
-    )
-    if report.capabilities:
-        typer.echo("  capabilities:")
-        for name, cap in report.capabilities.items():
-            if not cap.importable:
-                state = f"not importable ({cap.error or 'unknown'})"
-            elif cap.present:
-                state = f"{cap.knob} present, default {cap.default} (via {cap.method})"
-            else:
-                state = f"no {cap.knob!r}"
-            typer.echo(f"    {name:<22} {state}"[:200])
-    for f in report.findings:
-        typer.echo(f"  {f.severity.value:<7} {f.kind}: {f.message}"[:300])
-    for d in report.drift:
-        typer.echo(
-            f"  drift {d.subject}.{d.output} {d.arm}: {d.differing}/{max(d.runs - 1, 0)} differ, "
-            f"{d.distinct} distinct, max|d| {d.max_abs_diff}, luck {d.luck_probability}"
-        )
-    refused = [r for r in report.refusal if r.status != Status.pass_]
-    if report.refusal:
-        typer.echo(f"  refusal rows: {len(report.refusal)}, not as expected: {len(refused)}")
-    colour = {Verdict.pass_: typer.colors.GREEN, Verdict.fail: typer.colors.RED}.get(report.verdict)
-    typer.secho(f"verdict: {report.verdict.value}: {report.verdict_reason}", fg=colour, bold=True)
-
-
 @app.command()
 def validate(
-    wheel: Annotated[Path | None, typer.Argument(help="the wheel to validate")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    wheel: Annotated[Path | None, WHEEL_ARG] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="write the report here")
+    ] = None,
     stages: Annotated[
-        str | None, typer.Option(help="comma-separated: probe,determinism,numerics,refusal")
+        str | None,
+        typer.Option(
+            metavar="STAGES",
+            help="comma-separated, from: install, probe, determinism, numerics, refusal "
+            "(default: all of them)",
+        ),
     ] = None,
     previous: Annotated[
-        Path | None, typer.Option(help="an earlier report of the line (feature regression)")
+        Path | None,
+        typer.Option(metavar="FILE", help="an earlier report of the line (feature regression)"),
     ] = None,
     preinstalled: Annotated[
-        bool, typer.Option(help="the candidate is already importable here: no install stage")
+        bool,
+        typer.Option(
+            "--preinstalled", help="the candidate is already importable here: no install stage"
+        ),
     ] = False,
     python: Annotated[
-        Path | None, typer.Option(help="with --preinstalled: the Python that has the candidate")
+        Path | None,
+        typer.Option(metavar="PYTHON", help="with --preinstalled: the Python that has it"),
     ] = None,
     negative_control: Annotated[
-        bool, typer.Option(help="diagnostic: run the deterministic arm with the knob off")
+        bool,
+        typer.Option(
+            "--negative-control", help="diagnostic: run the deterministic arm with the knob off"
+        ),
     ] = False,
     work_dir: Annotated[
-        Path | None, typer.Option(help="keep the environment and logs here")
+        Path | None, typer.Option(metavar="DIR", help="keep the environment and logs here")
     ] = None,
 ) -> None:
-    """Run the runner pipeline on one build, locally, without a service."""
+    """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
+
+    \b
+    Exit codes: 0 pass; 1 fail or error; 2 inconclusive or incomplete;
+    4 bad input (not a wheel, no such file, an unknown stage, a wrong option).
+    """
     s = RunnerSettings()
     if wheel is None and not preinstalled:
         raise fail("give a WHEEL, or --preinstalled to validate the importable candidate")
@@ -338,22 +325,35 @@ def validate(
     typer.echo(
         f"validating {wheel.name if wheel else 'the preinstalled candidate'} on {where}", err=True
     )
-    pipe = pipeline.Pipeline(opts, _Progress())
+    pipe = pipeline.Pipeline(opts, localreport.Progress())
     try:
         result = pipe.run(wheel)
     finally:
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    report = local_report(result, wheel=wheel, family=family, version=version)
+    report = localreport.local_report(result, wheel=wheel, family=family, version=version)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(report.model_dump_json(indent=2))
-    print_report(report)
+    localreport.print_report(report)
     raise typer.Exit(EXIT_CODES[report.verdict])
 
 
 def main() -> None:
-    app()
+    """The entry point: a wrong option or argument exits EXIT_BAD_INPUT, as bad input does, so that
+    Click's usage-error status (2) is never read as the verdict ``inconclusive``/``incomplete``."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # Click's errors; 2 is its usage error
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        code = getattr(exc, "exit_code", EXIT_FAILED)
+        code = EXIT_BAD_INPUT if code == 2 else code
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        code = EXIT_FAILED
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ class Client:
         resp = self._post("/api/runners/register", body, token=registration_token)
         return RunnerRegistered.model_validate(resp.json())
 
+    def offline(self) -> None:
+        """Tell the service this runner stopped cleanly."""
+        self._post("/api/runners/offline", None)
+
     def claim(self, wait_s: float = 0.0) -> JobLease | None:
         resp = self._post(
             "/api/jobs/claim", ClaimRequest(wait_s=wait_s).model_dump(), timeout=wait_s + 30.0

@@ -69,6 +69,7 @@ def require_runner(request: Request, session: SessionDep) -> Runner:
     if runner.revoked_at is not None:
         raise Forbidden("this runner's token was revoked")
     runner.last_seen_at = utcnow()
+    runner.offline_at = None
     return runner
 
 

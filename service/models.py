@@ -58,6 +58,8 @@ class Runner(Base):
     builder: Mapped[bool] = mapped_column(Boolean, default=False)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set when the runner said it stopped (``--once``, SIGTERM); any later call of its clears it.
+    offline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -33,6 +33,7 @@ def alive_families(session: Session, settings: Settings, now: datetime) -> list[
     rows = session.scalars(
         select(Runner.family)
         .where(Runner.family.is_not(None), Runner.revoked_at.is_(None))
+        .where(Runner.offline_at.is_(None))
         .where(Runner.last_seen_at >= since)
         .distinct()
     )

@@ -118,13 +118,13 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
     junk.write_bytes(b"not a zip")
     proc = fe_ci("validate", str(junk), cwd=tmp_path)
-    assert proc.returncode == 2 and "not a readable wheel" in proc.stderr
+    assert proc.returncode == 4 and "not a readable wheel" in proc.stderr
     proc = fe_ci("validate", str(tmp_path / "missing.whl"), cwd=tmp_path)
-    assert proc.returncode == 2 and "no such file" in proc.stderr
+    assert proc.returncode == 4 and "no such file" in proc.stderr
     proc = fe_ci("validate", str(junk), "--stages", "probe,warp", cwd=tmp_path)
-    assert proc.returncode == 2 and "unknown stage 'warp'" in proc.stderr
+    assert proc.returncode == 4 and "unknown stage 'warp'" in proc.stderr
     proc = fe_ci("validate", cwd=tmp_path)
-    assert proc.returncode == 2 and "--preinstalled" in proc.stderr
+    assert proc.returncode == 4 and "--preinstalled" in proc.stderr
 
 
 def test_the_runners_own_dsl_cache_settings_do_not_reach_the_candidate(tmp_path: Path) -> None:

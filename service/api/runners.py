@@ -59,9 +59,18 @@ def register_runner(
     runner.builder = body.labels.get("builder", "").lower() in ("1", "true", "yes")
     runner.token_hash = queue.hash_token(token)
     runner.revoked_at = None
+    runner.offline_at = None
     runner.last_seen_at = utcnow()
     session.commit()
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
+
+
+@router.post("/runners/offline", status_code=204)
+def runner_offline(session: SessionDep, runner: RunnerDep) -> Response:
+    """The calling runner stopped cleanly: show it offline now, not alive until it times out."""
+    runner.offline_at = utcnow()
+    session.commit()
+    return Response(status_code=204)
 
 
 @router.post("/runners/{runner_id}/revoke", status_code=204)

@@ -39,7 +39,7 @@ class RunnerView:
     id: int
     name: str
     labels: dict[str, str]
-    state: str  # "alive" | "gone" | "revoked"
+    state: str  # "alive" | "offline" (said it stopped) | "gone" (not seen) | "revoked"
     last_seen_at: datetime
     created_at: datetime
     jobs: list[CurrentJob]
@@ -75,6 +75,8 @@ def runner_views(session: Session, settings: Settings, now: datetime) -> list[Ru
     for r in session.scalars(select(Runner).order_by(Runner.name)):
         if r.revoked_at is not None:
             state = "revoked"
+        elif r.offline_at is not None:
+            state = "offline"
         else:
             state = "alive" if r.last_seen_at >= since else "gone"
         out.append(
@@ -88,7 +90,7 @@ def runner_views(session: Session, settings: Settings, now: datetime) -> list[Ru
                 jobs=current.get(r.id, []),
             )
         )
-    order = {"alive": 0, "gone": 1, "revoked": 2}
+    order = {"alive": 0, "offline": 1, "gone": 2, "revoked": 3}
     return sorted(out, key=lambda v: (order[v.state], v.name))
 
 
