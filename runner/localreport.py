@@ -93,6 +93,7 @@ def local_report(
     )
     judgement = judge(report)
     report.verdict, report.verdict_reason = judgement.verdict, judgement.reason
+    report.not_run = judgement.not_run
     return report
 
 
@@ -117,6 +118,8 @@ def print_report(report: BuildReport) -> None:
             f"  drift {d.subject}.{d.output} {d.arm}: {d.differing}/{max(d.runs - 1, 0)} differ, "
             f"{d.distinct} distinct, max|d| {d.max_abs_diff}, luck {d.luck_probability}"
         )
+    for n in report.not_run:
+        typer.echo(f"  not run {n.subject}: {n.reason}"[:300])
     refused = [r for r in report.refusal if r.status != Status.pass_]
     if report.refusal:
         typer.echo(f"  refusal rows: {len(report.refusal)}, not as expected: {len(refused)}")

@@ -7,13 +7,14 @@ jobs: a subject the build has that no job covered counts as skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.inside.registry import SUBJECTS
 from runner.wire import (
     BuildReport,
     JobReport,
     JobState,
+    NotRun,
     Severity,
     Stage,
     StageResult,
@@ -29,6 +30,13 @@ _COVERED = (Status.pass_, Status.fail, Status.inconclusive, Status.error, Status
 class Judgement:
     verdict: Verdict
     reason: str
+    not_run: list[NotRun] = field(default_factory=list)
+
+
+def no_runner(families: tuple[str, ...] | list[str]) -> str:
+    """The one wording for a subject or stage that no runner of its families ran: the grid's
+    hover, the verdict line, the build page and the JUnit XML all say this."""
+    return f"skipped: no {' or '.join(families) or 'GPU'} runner"
 
 
 def _stages(jobs: list[JobReport]) -> list[tuple[JobReport, StageResult]]:
@@ -54,14 +62,55 @@ def uncovered_subjects(report: BuildReport) -> dict[str, str]:
         if name in covered:
             continue
         families = SUBJECTS[name].families if name in SUBJECTS else ()
-        reason = skip_reasons.get(name) or (
-            f"skipped: no {' or '.join(families) or 'GPU'} runner" if families else "skipped"
-        )
-        out[name] = reason
+        out[name] = skip_reasons.get(name) or no_runner(families)
     return out
 
 
+def not_run(report: BuildReport) -> list[NotRun]:
+    """Every subject whose determinism did not run in this build, with why: those skipped (they
+    could have run: the verdict is at best ``incomplete``), then those that cannot apply."""
+    out = [
+        NotRun(subject=name, status=Status.skipped, reason=why)
+        for name, why in sorted(uncovered_subjects(report).items())
+    ]
+    for name, cap in sorted(report.capabilities.items()):
+        if not cap.importable:
+            why = f"not importable: {cap.error or 'unknown error'}"
+        elif not cap.present:
+            why = f"this build has no '{cap.knob}'"
+        else:
+            continue
+        out.append(NotRun(subject=name, status=Status.not_applicable, reason=why))
+    return out
+
+
+def _skipped_line(missing: dict[str, str]) -> str:
+    """``2 subjects did not run: a, b: skipped: no sm_100 runner; c: ...``: every one named."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in sorted(missing.items()):
+        by_reason.setdefault(why, []).append(name)
+    parts = [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
+    count = f"{len(missing)} subject{'s' if len(missing) > 1 else ''}"
+    return f"{count} did not run: {'; '.join(parts)}"
+
+
 def judge(report: BuildReport) -> Judgement:
+    """The verdict, its reason, and the subjects that did not run."""
+    verdict = _verdict(report)
+    missed = not_run(report)
+    if verdict.verdict == Verdict.pending:  # a subject still to run has not been skipped
+        missed = [n for n in missed if n.status == Status.not_applicable]
+    elif verdict.verdict == Verdict.cancelled:
+        missed = [
+            n
+            if n.status == Status.not_applicable
+            else n.model_copy(update={"reason": verdict.reason})
+            for n in missed
+        ]
+    return Judgement(verdict.verdict, verdict.reason, missed)
+
+
+def _verdict(report: BuildReport) -> Judgement:
     jobs = report.jobs
     pending = [j for j in jobs if j.status in (JobState.waiting, JobState.queued, JobState.leased)]
     if pending and report.status != "cancelled":
@@ -104,9 +153,7 @@ def judge(report: BuildReport) -> Judgement:
             return Judgement(Verdict.incomplete, f"{job.family or job.kind} job {job.reason}")
     missing = uncovered_subjects(report)
     if missing:
-        name, why = next(iter(sorted(missing.items())))
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        return Judgement(Verdict.incomplete, f"{name}: {why}{more}")
+        return Judgement(Verdict.incomplete, _skipped_line(missing))
     if not stages:
         return Judgement(Verdict.incomplete, "no stage ran")
     return Judgement(Verdict.pass_, "everything applicable ran and passed")

@@ -238,6 +238,14 @@ class RefusalReport(RefusalRow):
     job_id: int | None = None
 
 
+class NotRun(_Model):
+    """A subject whose determinism did not run in a build, and why."""
+
+    subject: str
+    status: Status  # skipped | not_applicable
+    reason: str
+
+
 class BuildReport(_Model):
     id: int | None = None
     source: str  # "wheel" | "commit"
@@ -258,6 +266,7 @@ class BuildReport(_Model):
     jobs: list[JobReport] = Field(default_factory=list)
     drift: list[DriftReport] = Field(default_factory=list)
     refusal: list[RefusalReport] = Field(default_factory=list)
+    not_run: list[NotRun] = Field(default_factory=list)  # every subject that did not run, why
 
 
 class BuildSummary(_Model):

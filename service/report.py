@@ -150,6 +150,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
     judgement = judge(report)
     report.verdict = judgement.verdict
     report.verdict_reason = judgement.reason
+    report.not_run = judgement.not_run
     return report
 
 

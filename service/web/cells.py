@@ -12,7 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runner.inside.registry import SUBJECTS
+from runner.inside.registry import FAMILIES, SUBJECTS
+from runner.verdict import no_runner
 from runner.wire import BuildStatus, JobKind, JobState, Stage, Status, Verdict
 
 # Worst first: the state a cell shows when several jobs or checks disagree.
@@ -169,7 +170,7 @@ def stage_cells(
         why = "a wheel needs no build" if source == "wheel" else "the wheel of this commit exists"
         return [Cell.of("not_applicable", why)]
     if stage in (Stage.determinism, Stage.numerics) and jobs:
-        return [Cell.of("skipped", "no GPU job: no runner family was selected for this build")]
+        return [Cell.of("skipped", no_runner(FAMILIES))]
     return [Cell.of("pending", "no job yet")]
 
 
@@ -224,7 +225,7 @@ def subject_cell(
         if any(j.state in ACTIVE_JOB_STATES for j in jobs):
             return Cell.of("pending", "not probed yet")
         return Cell.of("skipped", "not run: no probe result")
-    return Cell.of("skipped", f"skipped: no {' or '.join(families) or 'GPU'} runner")
+    return Cell.of("skipped", no_runner(families))
 
 
 def verdict_cell(verdict: str, reason: str, jobs: Sequence[JobView]) -> Cell:

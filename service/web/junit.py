@@ -1,10 +1,11 @@
 """JUnit XML from a build report, so other CI tools can read the results.
 
 One ``testsuite`` per job and stage, one ``testcase`` per check (a stage without checks is one
-testcase itself, so a failed install shows), and one suite for the build's findings of severity
-``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``, ``timeout``, ``crashed`` and
-``inconclusive`` -> ``<error type=...>`` (commit statuses call inconclusive an error too);
-``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
+testcase itself, so a failed install shows), one suite of skipped testcases for the subjects whose
+determinism did not run (each with its reason, worded as on the dashboard), and one suite for the
+build's findings of severity ``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``,
+``timeout``, ``crashed`` and ``inconclusive`` -> ``<error type=...>`` (commit statuses call
+inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def _case(suite: ET.Element, classname: str, name: str, status: Status, detail: 
     elif status in _ERRORS:
         ET.SubElement(case, "error", message=message, type=status.value).text = detail
     elif status in _SKIPS:
-        ET.SubElement(case, "skipped", message=f"{status.value}: {detail}".rstrip(": "))
+        said = detail.startswith(f"{status.value}:")
+        ET.SubElement(
+            case, "skipped", message=detail if said else f"{status.value}: {detail}".rstrip(": ")
+        )
     return status.value
 
 
@@ -76,6 +80,14 @@ def junit_xml(build: BuildReport) -> bytes:
     for job in build.jobs:
         for stage in job.stages:
             _stage_suite(root, build, job, stage)
+    if build.not_run:
+        suite = ET.SubElement(root, "testsuite", name="subjects not run", time="0")
+        classname = f"fe_ci.build{build.id}.determinism"
+        outcomes = [
+            _case(suite, classname, f"{n.subject}.determinism", n.status, n.reason)
+            for n in build.not_run
+        ]
+        _count(suite, outcomes)
     errors = [f for f in build.findings if f.severity == Severity.error]
     if errors:
         suite = ET.SubElement(root, "testsuite", name="findings", time="0")
