@@ -19,7 +19,7 @@ from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
 from service.errors import ApiError, UploadError
-from service.web import views
+from service.web import apidocs, views
 
 log = logging.getLogger("fe_ci.service")
 
@@ -97,7 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await task
             engine.dispose()
 
-    app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
@@ -109,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhooks.router)
     app.include_router(views.router)
     views.mount_static(app)
+    apidocs.install_api_docs(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz(session: SessionDep) -> dict[str, str]:

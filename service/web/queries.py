@@ -49,6 +49,7 @@ class GridRow:
     source: str
     version: str | None
     filename: str | None
+    sha256: str | None
     repo: str | None
     commit: str | None
     branch: str | None
@@ -228,6 +229,7 @@ def grid_row(
         source=build.source,
         version=build.version,
         filename=build.filename,
+        sha256=build.sha256,
         repo=build.repo,
         commit=build.commit,
         branch=build.branch,

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from runner.inside.registry import SUBJECTS
+from runner.inside.registry import FAMILIES, SUBJECTS
 from runner.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
 from service.models import Build, CheckRow, DriftRowDB, Job, StageRow
@@ -228,6 +228,7 @@ def read_trends(
             "durations": duration_charts(session, ids) if ids else [],
             "versions": versions(session, ids),
             "limit": builds,
+            "families": FAMILIES,
             "dims": {"l": PAD_L, "r": PAD_R, "t": PAD_T, "b": PAD_B},
         },
     )
