@@ -145,15 +145,17 @@ def _verdict(report: BuildReport) -> Judgement:
             if check.status == Status.inconclusive:
                 return Judgement(Verdict.inconclusive, f"{check.name}: {check.detail}")
 
+    missing = uncovered_subjects(report)
+    if missing:  # named first: which subjects went unchecked is what a reader needs
+        return Judgement(Verdict.incomplete, _skipped_line(missing))
     for _job, stage in stages:
         if stage.status == Status.skipped:
-            return Judgement(Verdict.incomplete, f"{stage.name} skipped: {stage.reason}")
+            said = stage.reason.startswith("skipped")
+            why = stage.reason if said else f"skipped: {stage.reason}"
+            return Judgement(Verdict.incomplete, f"{stage.name}: {why}")
     for job in jobs:
         if job.status == JobState.finished and job.reason.startswith("skipped"):
             return Judgement(Verdict.incomplete, f"{job.family or job.kind} job {job.reason}")
-    missing = uncovered_subjects(report)
-    if missing:
-        return Judgement(Verdict.incomplete, _skipped_line(missing))
     if not stages:
         return Judgement(Verdict.incomplete, "no stage ran")
     return Judgement(Verdict.pass_, "everything applicable ran and passed")

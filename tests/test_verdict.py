@@ -183,6 +183,32 @@ def test_cpu_only_run_is_incomplete_because_no_job_covered_the_subjects() -> Non
     assert "no sm_100 runner" in uncovered_subjects(r)["grouped_gemm_dsrelu"]
 
 
+def test_every_subject_that_did_not_run_is_named_with_its_reason() -> None:
+    caps = {
+        "sdpa_bwd": cap(),
+        "grouped_gemm_dsrelu": cap(),
+        "grouped_gemm_dglu": cap(),
+        "flex_attention_bwd": cap(present=False),
+    }
+    sm90 = job(*GOOD[:2], det("sdpa_bwd", Status.pass_))
+    sm100 = job(family="sm_100", reason="skipped: no sm_100 runner")
+    j = judge(report(sm90, sm100, caps=caps))
+    assert j.verdict == Verdict.incomplete
+    assert [(n.subject, n.status, n.reason) for n in j.not_run] == [
+        ("grouped_gemm_dglu", Status.skipped, "skipped: no sm_100 runner"),
+        ("grouped_gemm_dsrelu", Status.skipped, "skipped: no sm_100 runner"),
+        ("flex_attention_bwd", Status.not_applicable, "this build has no 'deterministic'"),
+    ]
+    assert j.reason == (
+        "2 subjects did not run: grouped_gemm_dglu, grouped_gemm_dsrelu: skipped: no sm_100 runner"
+    )
+    # while a job is still to run, nothing is called skipped yet
+    queued = job(family="sm_100", state=JobState.queued)
+    assert [n.status for n in judge(report(sm90, queued, caps=caps)).not_run] == [
+        Status.not_applicable
+    ]
+
+
 def test_subject_skipped_on_one_job_but_run_on_another_counts_as_covered() -> None:
     caps = {"grouped_gemm_dsrelu": cap()}
     sm90 = job(*GOOD[:2], det("grouped_gemm_dsrelu", Status.skipped, "needs sm_100"))
