@@ -277,6 +277,7 @@ class Agent:
             gpu=self.labels.get("gpu"),
             report_unselected=False,
             compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            remembered=list(lease.start_configs),
             zygotes=self.zygotes,
         )
         pipe = pipeline.Pipeline(opts)

@@ -21,13 +21,14 @@ from typing import Annotated
 import httpx
 import typer
 
-from runner import envs, labels, localreport, pipeline
+from runner import envs, labels, localreport, memory, pipeline
 from runner.config import RunnerSettings
 from runner.verdict import EXIT_CODES
 from runner.wire import (
     STAGE_ORDER,
     BuildReport,
     Capability,
+    RememberedConfig,
     Stage,
     Verdict,
 )
@@ -233,12 +234,15 @@ def _parse_stages(text: str | None) -> list[Stage]:
     return out
 
 
-def _load_previous(path: Path) -> dict[str, Capability]:
+def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedConfig]]:
+    """The previous report's capabilities (feature regression) and chosen configs (its start)."""
     try:
         data = json.loads(path.read_text())
-        return {k: Capability.model_validate(v) for k, v in data["capabilities"].items()}
+        caps = {k: Capability.model_validate(v) for k, v in data["capabilities"].items()}
+        report = BuildReport.model_validate(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise fail(f"--previous {path}: not a build report ({exc})") from exc
+    return caps, memory.from_report(report)
 
 
 @app.command()
@@ -298,7 +302,7 @@ def validate(
         except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
             raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
         version = meta.version
-    prev = _load_previous(previous) if previous else None
+    prev, remembered = _load_previous(previous) if previous else (None, [])
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
@@ -319,6 +323,7 @@ def validate(
         family=family,
         gpu=gpu.get("gpu"),
         previous=prev,
+        remembered=remembered,
         compile_cache_dir=Path(s.cache_dir) / "compile-cache",
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"

@@ -26,6 +26,7 @@ from runner.wire import (
     Capability,
     Environment,
     Finding,
+    RememberedConfig,
     Stage,
     StageResult,
     Status,
@@ -80,7 +81,9 @@ class Options:
     negative_control: bool = False
     family: str | None = None
     gpu: str | None = None
-    start_configs: dict[str, str] = field(default_factory=dict)
+    start_configs: dict[str, str] = field(default_factory=dict)  # {subject: config}, as given
+    # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's
+    remembered: list[RememberedConfig] = field(default_factory=list)
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds; keyed inside per build
     layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
@@ -360,7 +363,11 @@ class Pipeline:
         if result.version:
             result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
         if self.opts.previous is not None:
-            result.findings += compare.regressions(self.opts.previous, result.capabilities)
+            previous = self.opts.previous
+            result.findings = compare.upgrade_import_errors(result.findings, previous)
+            result.findings += compare.regressions(
+                previous, result.capabilities, findings=result.findings
+            )
         return result
 
     @property
@@ -380,6 +387,7 @@ class Pipeline:
             "luck_target": o.luck_target,
             "control_share": o.control_share,
             "start_configs": o.start_configs,
+            "remembered": [r.model_dump() for r in o.remembered],
             "negative_control": o.negative_control,
             "compile_cache_dir": str(self.compile_cache),
         }

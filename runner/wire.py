@@ -177,6 +177,21 @@ class ClaimRequest(_Model):
     wait_s: float = Field(default=0.0, ge=0.0, le=30.0)
 
 
+class RememberedConfig(_Model):
+    """A config chosen by an earlier build, remembered per (subject, family, GPU model, backend).
+
+    A lease carries every one of its family's; the determinism stage uses those whose GPU model
+    and cuDNN backend match the host it runs on (``runner.inside.comparable``).
+    """
+
+    subject: str = Field(max_length=64)
+    family: str = Field(max_length=16)
+    gpu: str | None = Field(default=None, max_length=200)
+    cudnn_backend: str | None = Field(default=None, max_length=64)
+    config: str = Field(max_length=200)
+    build_id: int | None = None
+
+
 class JobLease(_Model):
     job_id: int
     build_id: int
@@ -194,6 +209,7 @@ class JobLease(_Model):
     repo: str | None = None
     commit: str | None = None
     artifact_url: str | None = None  # build jobs upload the wheel here
+    start_configs: list[RememberedConfig] = Field(default_factory=list)  # gpu jobs
 
 
 class LeasedPost(_Model):

@@ -215,14 +215,18 @@ class RefusalRowDB(_PerJob, Base):
 
 
 class ChosenConfig(Base):
-    """The determinism config picked by measuring, per (subject, family): builds stay comparable."""
+    """The determinism config picked by measuring, per ``runner.inside.comparable.ConfigKey``
+    (subject, family, GPU model, cuDNN backend; ``""`` where unknown), and the build that chose it:
+    the next GPU job of the family starts there, so builds stay comparable."""
 
     __tablename__ = "chosen_configs"
-    __table_args__ = (UniqueConstraint("subject", "family"),)
+    __table_args__ = (UniqueConstraint("subject", "family", "gpu", "cudnn_backend"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     subject: Mapped[str] = mapped_column(String(64))
-    family: Mapped[str] = mapped_column(String(16))
+    family: Mapped[str] = mapped_column(String(16), index=True)
+    gpu: Mapped[str] = mapped_column(String(200), default="")
+    cudnn_backend: Mapped[str] = mapped_column(String(64), default="")
     config: Mapped[str] = mapped_column(String(200))
     build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

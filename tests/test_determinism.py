@@ -12,8 +12,7 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,73 +21,20 @@ import torch
 from runner import pipeline
 from runner.inside import determinism, stats
 from runner.inside.determinism import Settings, measure_subject
-from runner.inside.subjects.base import Config, Tolerance
 from runner.wire import DriftRow, StageResult
+from tests.fakesubjects import FakeSubject, Reduction
+from tests.fakesubjects import floats as _floats
+from tests.fakesubjects import integers as _integers
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
-class Reduction:
-    """out[i] = sum_j w[i, j] * x[j], summed in an order the test chooses per call."""
-
-    w: torch.Tensor
-    x: torch.Tensor
-    honours_knob: bool = True
-    # given the call number (warm-ups included), should the knob-off order be shuffled?
-    shuffle_when: Callable[[int], bool] = lambda _call: True
-    calls: int = 0
-    tolerances: dict[str, Tolerance] = field(
-        default_factory=lambda: {"out": Tolerance(atol=1e-4, rtol=1e-4)}
-    )
-
-    def run(self, knob: bool) -> dict[str, torch.Tensor]:
-        call, self.calls = self.calls, self.calls + 1
-        n = self.x.numel()
-        if (knob and self.honours_knob) or not self.shuffle_when(call):
-            order = torch.arange(n)
-        else:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(1000 + call))
-        return {"out": (self.w[:, order] * self.x[order]).sum(dim=1)}
-
-    def reference(self) -> dict[str, torch.Tensor]:
-        return {"out": (self.w.double() @ self.x.double()).float()}
-
-
-def _floats(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(64, n, generator=gen), torch.randn(n, generator=gen)
-
-
-def _integers(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # small integers: every partial sum is exact in float32, so no order changes the result
-    gen = torch.Generator().manual_seed(7)
-    w = torch.randint(-3, 4, (64, n), generator=gen).float()
-    return w, torch.randint(-3, 4, (n,), generator=gen).float()
-
-
-@dataclass
-class FakeSubject:
-    """A subject made of Reduction workloads; ``make`` builds one per config name."""
-
-    make: Callable[[str], Reduction]
-    names: tuple[str, ...] = ("only",)
-    name: str = "cpu_reduction"
-    prepared: list[str] = field(default_factory=list)
-
-    @property
-    def configs(self) -> tuple[Config, ...]:
-        return tuple(Config(n, {"size": i}) for i, n in enumerate(self.names))
-
-    def prepare(self, config: Config, device: torch.device) -> Reduction:
-        self.prepared.append(config.name)
-        return self.make(config.name)
-
-
-def _measure(subject: FakeSubject, start: str | None = None, **kw: object):
+def _measure(
+    subject: FakeSubject, start: str | None = None, start_from: int | None = None, **kw: object
+):
     settings = Settings(**{"repeats": 8, "max_repeats": 64, "luck_target": 1e-3, **kw})  # type: ignore[arg-type]
-    return measure_subject(subject, CPU, settings, start_config=start)
+    return measure_subject(subject, CPU, settings, start_config=start, start_from=start_from)
 
 
 def _det_rows(outcome) -> list[DriftRow]:
@@ -207,9 +153,18 @@ def test_a_remembered_config_is_kept_while_its_control_varies() -> None:
         "floats_large": lambda: Reduction(*_floats(8192, 6)),
     }
     subject = FakeSubject(lambda n: made[n](), names=tuple(made))
-    out = _measure(subject, start="floats_large")
+    out = _measure(subject, start="floats_large", start_from=41)
     assert out.config == "floats_large" and subject.prepared == ["floats_large"]
-    assert "still varied" in out.check["metrics"]["config_reason"]
+    metrics = out.check["metrics"]
+    assert "still varied" in metrics["config_reason"]
+    assert "remembered config floats_large from build #41" in metrics["config_reason"]
+    assert metrics["start"] == {
+        "config": "floats_large",
+        "build_id": 41,
+        "outcome": "kept",
+        "chosen": "floats_large",
+    }
+    assert metrics["escalation_steps"] == 0
 
 
 def test_a_remembered_config_that_stopped_varying_escalates_upward_only() -> None:
@@ -219,9 +174,24 @@ def test_a_remembered_config_that_stopped_varying_escalates_upward_only() -> Non
         "floats_large": lambda: Reduction(*_floats(8192, 6)),
     }
     subject = FakeSubject(lambda n: made[n](), names=tuple(made))
-    out = _measure(subject, start="ints")
+    out = _measure(subject, start="ints", start_from=7)
     assert subject.prepared == ["ints", "floats_large"]  # never shrinks to floats_small
     assert out.config == "floats_large" and out.check["status"] == "pass"
+    metrics = out.check["metrics"]
+    assert metrics["start"]["outcome"] == "escalated" and metrics["start"]["build_id"] == 7
+    assert metrics["escalation_steps"] == 1
+
+
+def test_a_remembered_config_the_subject_no_longer_has_walks_from_the_smallest() -> None:
+    made = {
+        "ints": lambda: Reduction(*_integers(4096)),
+        "floats": lambda: Reduction(*_floats(2048, 5)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = _measure(subject, start="gone", start_from=3)
+    assert subject.prepared == ["ints", "floats"]
+    assert out.check["metrics"]["start"]["outcome"] == "unknown"
+    assert "is not a config of this subject" in out.check["metrics"]["config_reason"]
 
 
 def test_negative_control_never_passes() -> None:

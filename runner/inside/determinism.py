@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from runner.inside import stats
+from runner.inside.comparable import pick_start_configs
 from runner.inside.registry import SUBJECTS, family_of
 from runner.inside.subjects.base import (
     COMPILE_ARCH,
@@ -240,9 +241,16 @@ def _prepare(subject: Subject, config: Config, device: torch.device) -> tuple[Wo
 
 
 def pick_config(
-    subject: Subject, device: torch.device, s: Settings, start: str | None
+    subject: Subject,
+    device: torch.device,
+    s: Settings,
+    start: str | None,
+    start_from: int | None = None,
 ) -> tuple[Tried, list[dict[str, Any]], str]:
-    """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink."""
+    """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink.
+
+    ``start_from`` is the build that chose ``start``, said in the reason.
+    """
     names = [c.name for c in subject.configs]
     first = names.index(start) if start in names else 0
     history: list[dict[str, Any]] = []
@@ -267,7 +275,13 @@ def pick_config(
         del workload, tried
     assert best is not None, f"{subject.name} has no configs"
     k, n = best.control.varying_runs, best.control.comparisons
-    remembered = f"remembered config {start}" if start in names else "no remembered config"
+    source = f" from build #{start_from}" if start_from is not None else ""
+    if start in names:
+        remembered = f"remembered config {start}{source}"
+    elif start:
+        remembered = f"remembered config {start}{source} is not a config of this subject"
+    else:
+        remembered = "no remembered config"
     if best.control.share >= s.control_share:
         if best.config.name == start:
             why = f"{remembered}: its control still varied in {k} of {n} comparisons"
@@ -366,11 +380,16 @@ def measure_subject(
     settings: Settings,
     *,
     start_config: str | None = None,
+    start_from: int | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
-    """The whole determinism verdict for one subject, plus its numerics, on ``device``."""
+    """The whole determinism verdict for one subject, plus its numerics, on ``device``.
+
+    ``start_config`` is the config remembered for this subject (chosen by build ``start_from``);
+    the check's ``metrics.start`` says whether it was kept or escalated from.
+    """
     s = settings
-    best, history, why = pick_config(subject, device, s, start_config)
+    best, history, why = pick_config(subject, device, s, start_config, start_from)
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
@@ -397,6 +416,10 @@ def measure_subject(
         "deterministic_runs": det.runs,
         "stopped_by": det.stopped_by,
         "negative_control": s.negative_control,
+        "start": _start_outcome(subject, start_config, start_from, best.config.name, history),
+        "compile_s": round(sum(h["compile_s"] for h in history), 3),
+        "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),
+        "escalation_steps": len(history) - 1,
         "outputs": {
             name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
             for name, o in det.outputs.items()
@@ -420,6 +443,23 @@ def measure_subject(
         compile_s=sum(h["compile_s"] for h in history),
         run_s=sum(h["run_s"] for h in history) + det.run_s,
     )
+
+
+def _start_outcome(
+    subject: Subject,
+    start: str | None,
+    start_from: int | None,
+    chosen: str,
+    history: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """Where the walk began and what became of it: ``kept``, ``escalated`` or ``unknown``."""
+    if not start:
+        return None
+    if start not in {c.name for c in subject.configs}:
+        outcome = "unknown"  # the subject no longer has that config: walked from the smallest
+    else:  # kept: the remembered config alone answered; escalated: the walk went upward
+        outcome = "kept" if chosen == start and len(history) == 1 else "escalated"
+    return {"config": start, "build_id": start_from, "outcome": outcome, "chosen": chosen}
 
 
 # ---------------------------------------------------------------- the stage
@@ -533,6 +573,26 @@ def _with_compile_only(
         )
 
 
+def _start_configs(
+    params: Mapping[str, Any], family: str | None, environment: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """``{subject: {"config", "build_id", ...}}``: where each subject's escalation starts.
+
+    ``remembered`` (from the service's lease or ``--previous``) is matched against this host's GPU
+    model and cuDNN backend; ``start_configs`` (``{subject: config}``) is used as given.
+    """
+    starts = pick_start_configs(
+        params.get("remembered") or [],
+        family=family,
+        gpu=environment.get("gpu"),
+        cudnn_backend=environment.get("cudnn_backend"),
+    )
+    for subject, config in (params.get("start_configs") or {}).items():
+        if isinstance(config, str):
+            starts[subject] = {"subject": subject, "config": config, "build_id": None}
+    return starts
+
+
 def _settings(params: Mapping[str, Any]) -> Settings:
     return Settings(
         repeats=max(int(params.get("repeats") or 8), 2),
@@ -555,6 +615,8 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
     if family is None and device is not None:
         family = family_of(*torch.cuda.get_device_capability(device))
     caps = params.get("capabilities") or None
+    environment = _environment(device)
+    starts = _start_configs(params, family, environment)
     checks: list[dict[str, Any]] = []
     numerics: list[dict[str, Any]] = []
     drift: list[dict[str, Any]] = []
@@ -582,11 +644,13 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
         assert device is not None
         try:
             module = importlib.import_module(f"runner.inside.subjects.{name}")
+            start = starts.get(name) or {}
             outcome = measure_subject(
                 module.SUBJECT,
                 device,
                 settings,
-                start_config=(params.get("start_configs") or {}).get(name),
+                start_config=start.get("config"),
+                start_from=start.get("build_id"),
                 log=log.info,
             )
         except Exception as exc:  # one subject's crash must not hide the others' results
@@ -603,7 +667,11 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
         drift += outcome.drift
         if outcome.config:
             chosen[name] = outcome.config
-        timings[name] = {"compile_s": round(outcome.compile_s, 3), "run_s": round(outcome.run_s, 3)}
+        timings[name] = {
+            "compile_s": round(outcome.compile_s, 3),
+            "run_s": round(outcome.run_s, 3),
+            "escalation_steps": outcome.check["metrics"]["escalation_steps"],
+        }
     status, reason = _roll_up(checks, "determinism")
     num_status, num_reason = _roll_up(numerics, "numerics")
     if device is None:
@@ -621,7 +689,8 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
         "negative_control": settings.negative_control,
         "family": family,
         "compile_cache": cache,
-        "environment": _environment(device),
+        "start_configs": starts,
+        "environment": environment,
     }
 
 

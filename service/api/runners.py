@@ -31,7 +31,7 @@ from runner.wire import (
     Stage,
     StagePost,
 )
-from service import lines, notify, queue, uploads
+from service import lines, memory, notify, queue, uploads
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
 from service.models import Artifact, Job, Runner, utcnow
@@ -87,8 +87,11 @@ def revoke_runner(
     return Response(status_code=204)
 
 
-def _lease(request: Request, job: Job, token: str, lease_seconds: int) -> JobLease:
+def _lease(
+    request: Request, session: Session, job: Job, token: str, lease_seconds: int
+) -> JobLease:
     build = job.build
+    start_configs = memory.start_configs(session, job.family) if job.kind == JobKind.gpu else []
     wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
     assert job.lease_expires_at is not None
     return JobLease(
@@ -110,6 +113,7 @@ def _lease(request: Request, job: Job, token: str, lease_seconds: int) -> JobLea
         artifact_url=str(request.url_for("upload_artifact", job_id=job.id))
         if job.kind == JobKind.build
         else None,
+        start_configs=start_configs,
     )
 
 
@@ -122,7 +126,7 @@ def _claim_once(request: Request, runner_id: int) -> JobLease | None:
         runner.last_seen_at = utcnow()
         queue.sweep(session)
         got = queue.claim(session, runner, settings.lease_seconds)
-        lease = _lease(request, *got, settings.lease_seconds) if got else None
+        lease = _lease(request, session, *got, settings.lease_seconds) if got else None
         if got:
             queue.refresh_build(session, got[0].build_id)
         session.commit()
@@ -215,6 +219,8 @@ def finish_job(
     job.lease_token_hash = None
     if job.kind == "build":
         queue.release_waiting(session, job.build)
+    if job.kind == JobKind.gpu and not body.error:
+        memory.remember(session, job)
     queue.refresh_build(session, job.build_id)
     session.commit()
     notify.queue_changed(request.app)
