@@ -95,7 +95,11 @@ class ComparableKey:
 
 
 def pick_start_configs(
-    remembered: Iterable[Mapping[str, Any]], *, family: str | None, gpu: object, cudnn_backend: object
+    remembered: Iterable[Mapping[str, Any]],
+    *,
+    family: str | None,
+    gpu: object,
+    cudnn_backend: object,
 ) -> dict[str, dict[str, Any]]:
     """``{subject: remembered entry}`` for the entries whose key matches this host exactly.
 
@@ -110,7 +114,9 @@ def pick_start_configs(
         subject = entry.get("subject")
         if not isinstance(subject, str) or not isinstance(entry.get("config"), str):
             continue
-        key = ConfigKey.of(subject, str(entry.get("family")), entry.get("gpu"), entry.get("cudnn_backend"))
+        key = ConfigKey.of(
+            subject, str(entry.get("family")), entry.get("gpu"), entry.get("cudnn_backend")
+        )
         if key.family == family and (key.gpu, key.cudnn_backend) == here:
             out[subject] = dict(entry)
     return out
