@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import compare, envs, layers, ledger, sandbox
+from runner import compare, compile_cache, envs, layers, ledger, sandbox
 from runner.config import RunnerSettings
 from runner.wire import (
     STAGE_ORDER,
@@ -85,7 +85,7 @@ class Options:
     # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's
     remembered: list[RememberedConfig] = field(default_factory=list)
     previous: dict[str, Capability] | None = None
-    compile_cache_dir: Path | None = None  # persistent across builds; keyed inside per build
+    compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
     # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
     zygotes: Zygotes | None = None
@@ -370,15 +370,44 @@ class Pipeline:
             )
         return result
 
-    @property
-    def compile_cache(self) -> Path:
-        path = self.opts.compile_cache_dir or (self.opts.work_dir / "compile-cache")
-        path.mkdir(parents=True, exist_ok=True)
-        sandbox.hand_over(path)
-        return path
+    def _candidate_sites(self) -> list[Path]:
+        """Where the candidate and its DSL are installed, found without running the candidate."""
+        if not self.opts.preinstalled:
+            dirs = [envs.CandidateEnv(self.python.parent.parent).site_packages()]
+            if self._layer is not None:
+                dirs.append(self._layer.site_packages)
+        elif self.python == Path(sys.executable):
+            dirs = [Path(p) for p in sys.path if p]
+        else:
+            dirs = compile_cache.interpreter_sites(self.python)
+        if (torch := envs.host_torch()) is not None:
+            dirs.append(torch.site_dir)
+        return [d for d in dirs if d.is_dir()]
+
+    def _prepare_compile_cache(self) -> tuple[compile_cache.Store | None, str | None, Path]:
+        """The stage's own cache directory: the published entries of its key, linked read-only.
+
+        Without a cache root, or without a candidate to key on, a throwaway directory.
+        """
+        o = self.opts
+        stage_dir = o.work_dir / "compile-cache"  # under the candidate's work dir: throwaway
+        key = None
+        if o.compile_cache_dir is not None:
+            found = compile_cache.compute_key(self._candidate_sites(), family=o.family, gpu=o.gpu)
+            key = found.digest() if found else None
+        store = compile_cache.Store(o.compile_cache_dir) if key and o.compile_cache_dir else None
+        if store is not None and key is not None:
+            stage_dir = store.stage_dir()  # a parent the candidate cannot swap for a link
+            linked = store.prepare(key, stage_dir)
+            log.info("event=compile_cache_prepared key=%s entries=%s", key, linked)
+        else:
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            sandbox.hand_over(stage_dir)
+        return store, key, stage_dir
 
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
+        store, key, cache_dir = self._prepare_compile_cache()
         params = {
             "family": o.family,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
@@ -389,9 +418,17 @@ class Pipeline:
             "start_configs": o.start_configs,
             "remembered": [r.model_dump() for r in o.remembered],
             "negative_control": o.negative_control,
-            "compile_cache_dir": str(self.compile_cache),
+            "compile_cache_dir": str(cache_dir),
+            "compile_cache_key": key,
         }
         result = self.run_inside(Stage.determinism, params)
+        if store is not None and key is not None:
+            published, refused = store.publish(key, cache_dir)
+            log.info("event=compile_cache_published key=%s new=%s", key, published)
+            result.reason += f"; compile cache {key[:12]}: {published} new entries published"
+            if refused:
+                result.reason += f", {len(refused)} refused ({refused[0]})"
+            shutil.rmtree(cache_dir, ignore_errors=True)
         doc = self._extra.get(Stage.determinism, {})
         numerics_doc = doc.get("numerics")
         if isinstance(numerics_doc, dict):

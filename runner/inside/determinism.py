@@ -606,7 +606,9 @@ def _settings(params: Mapping[str, Any]) -> Settings:
 def run(params: dict[str, Any]) -> dict[str, Any]:
     """The stage document: determinism checks and drift, with the numerics stage under a key."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    cache = configure_compile_cache(params.get("compile_cache_dir"), params.get("build_id"))
+    cache = configure_compile_cache(
+        params.get("compile_cache_dir"), params.get("compile_cache_key")
+    )
     settings = _settings(params)
     names = [n for n in SUBJECTS if n in (params.get("subjects") or SUBJECTS)]
     gpu = torch.cuda.is_available()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,49 +101,25 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# Distributions whose files decide what a compiled kernel is: the frontend and its compilers.
-_BUILD_DISTS = ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")
+def configure_compile_cache(where: str | None, key: str | None = None) -> dict[str, Any]:
+    """Point the CuTe DSL's persistent caches at ``where``, before the frontend is imported.
 
-
-def build_identity(extra: str | None = None) -> str:
-    """A key no other build can share: dist versions + their RECORDs (a hash of every file)."""
-    from importlib import metadata
-
-    h = hashlib.sha256()
-    h.update(f"py{sys.version_info[0]}.{sys.version_info[1]} torch={torch.__version__}".encode())
-    for name in _BUILD_DISTS:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            h.update(f"{name}=absent;".encode())
-            continue
-        h.update(f"{name}={dist.version};".encode())
-        h.update((dist.read_text("RECORD") or "").encode())
-    if extra:
-        h.update(extra.encode())
-    return h.hexdigest()[:24]
-
-
-def configure_compile_cache(root: str | None, extra: str | None = None) -> dict[str, Any]:
-    """Point the CuTe DSL's persistent caches at ``root/<build identity>``, before any import.
-
-    The directory is keyed on the build's identity, so one build's kernels can never serve
-    another's; the same build run again finds its kernels and skips the compile.
+    The runner chose the directory and its key outside the sandbox (``runner/compile_cache.py``):
+    it holds read-only links to the entries published under that key and takes new ones.
     """
-    if not root:
+    if not where:
         return {"dir": None, "key": None, "warm": False}
-    key = build_identity(extra)
-    where = Path(root) / key
-    warm = where.is_dir() and any(where.rglob("*"))
+    root = Path(where)
+    warm = root.is_dir() and any(p.is_file() for p in root.rglob("*"))
     try:
         for sub in ("cute", "flex"):
-            (where / sub).mkdir(parents=True, exist_ok=True)
+            (root / sub).mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # an unwritable cache costs compile time, never the stage
         return {"dir": None, "key": key, "warm": False, "error": f"{type(exc).__name__}: {exc}"}
-    os.environ["CUTE_DSL_CACHE_DIR"] = str(where / "cute")
-    os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_DIR"] = str(where / "flex")
+    os.environ["CUTE_DSL_CACHE_DIR"] = str(root / "cute")
+    os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_DIR"] = str(root / "flex")
     os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "1"
-    return {"dir": str(where), "key": key, "warm": warm}
+    return {"dir": str(root), "key": key, "warm": warm}
 
 
 # ---------------------------------------------------------------- compile-only, without Blackwell

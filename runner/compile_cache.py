@@ -1,0 +1,268 @@
+"""The compile cache that survives builds: keyed by what a kernel is compiled from, computed here.
+
+The runner, outside the sandbox, hashes the candidate's installed files (``CacheKey``); a
+candidate never names its cache. Entries are files under ``<root>/published/<key>/``, owned by
+the runner and read-only. A determinism stage gets a fresh directory of its own, writable by it,
+holding hard links to its key's published entries (the inode stays the runner's, mode 0444, so
+the candidate can read them and cannot write them); after the stage, the runner copies the files
+the candidate added, and only those, into the key's directory. An entry that exists is never
+replaced. ``docs/determinism.md`` says why one build's kernels cannot serve another's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runner import sandbox
+
+log = logging.getLogger("fe_ci.compile_cache")
+
+CANDIDATE_DIST = "nvidia-cudnn-frontend"
+DSL_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")
+SUBJECTS_SRC = Path(__file__).parent / "inside" / "subjects"  # dtypes and configs of the kernels
+# Bounds on what a candidate can make the runner read or keep (hostile input).
+MAX_SOURCE_FILES = 20_000
+MAX_SOURCE_BYTES = 2 << 30
+MAX_NEW_FILES = 10_000
+MAX_NEW_BYTES = 4 << 30
+
+# The version a build reports is a label: it is not an input of any kernel, and a re-labelled
+# wheel with the same code keeps its kernels.
+_VERSION_LINE = re.compile(rb"^(\s*__version__\s*[:=][^\n]*)$", re.M)
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """What a compiled kernel depends on. Every field is computed by the runner."""
+
+    sources: str  # the candidate distribution's installed files, by content
+    dsl: str  # the CuTe DSL's distributions: versions and RECORDs
+    arch: str  # family and GPU model of the host that compiles
+    torch: str | None
+    python: str
+    subjects: str  # the runner's subject definitions: the dtypes and configs compiled
+
+    def digest(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()[:32]
+
+
+class TooLarge(Exception):
+    pass
+
+
+def _hash_tree(h: hashlib._Hash, base: Path, rel: str, budget: list[int]) -> None:
+    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content."""
+    path = base / rel
+    if path.is_symlink():
+        h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
+        return
+    if path.is_dir():
+        for child in sorted(os.listdir(path)):
+            if child != "__pycache__":
+                _hash_tree(h, base, f"{rel}/{child}", budget)
+        return
+    if not path.is_file():
+        return
+    budget[0] -= 1
+    budget[1] -= path.stat().st_size
+    if budget[0] < 0 or budget[1] < 0:
+        raise TooLarge(f"more than {MAX_SOURCE_FILES} files or {MAX_SOURCE_BYTES} bytes")
+    data = path.read_bytes()
+    if rel.endswith(".py"):
+        data = _VERSION_LINE.sub(b"__version__ = <label>", data)
+    h.update(f"F {rel} {len(data)}\0".encode())
+    h.update(data)
+
+
+def _top_level(dist: md.Distribution) -> list[str]:
+    """The top-level names a distribution installed (packages, modules, .pth files)."""
+    names = set()
+    for f in dist.files or ():
+        parts = Path(str(f)).parts
+        if not parts or parts[0] in ("..", "/") or parts[0].endswith(".dist-info"):
+            continue
+        names.add(parts[0])
+    return sorted(names)
+
+
+def source_digest(dist: md.Distribution) -> str:
+    """Every installed file of the distribution but its ``.dist-info`` (metadata, not code).
+
+    Walked on disk rather than trusted from RECORD: a file the candidate installed is hashed
+    whether RECORD lists it or not.
+    """
+    base = Path(str(dist.locate_file(""))).resolve()
+    h = hashlib.sha256()
+    budget = [MAX_SOURCE_FILES, MAX_SOURCE_BYTES]
+    for top in _top_level(dist):
+        _hash_tree(h, base, top, budget)
+    return h.hexdigest()
+
+
+def _dist(name: str, dirs: list[Path]) -> md.Distribution | None:
+    found = list(md.distributions(name=name, path=[str(d) for d in dirs]))
+    return found[0] if found else None
+
+
+def _subjects_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(SUBJECTS_SRC.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> CacheKey | None:
+    """The key for a candidate installed in ``dirs``; None when there is nothing to key on."""
+    candidate = _dist(CANDIDATE_DIST, dirs)
+    if candidate is None:
+        return None
+    try:
+        sources = source_digest(candidate)
+    except (OSError, TooLarge) as exc:
+        log.warning("event=compile_cache_unkeyed reason=%s", exc)
+        return None
+    dsl = hashlib.sha256()
+    for name in DSL_DISTS:
+        d = _dist(name, dirs)
+        dsl.update(f"{name}={d.version if d else 'absent'};".encode())
+        dsl.update(((d.read_text("RECORD") if d else "") or "").encode())
+    torch = _dist("torch", dirs)
+    return CacheKey(
+        sources=sources,
+        dsl=dsl.hexdigest(),
+        arch=f"{family or 'none'} {gpu or 'none'}",
+        torch=torch.version if torch else None,
+        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+        subjects=_subjects_digest(),
+    )
+
+
+def interpreter_sites(python: Path) -> list[Path]:
+    """Site directories of another interpreter, asked with ``-I -S``: no ``.pth`` file runs."""
+    code = (
+        "import json, sysconfig; "
+        "print(json.dumps([sysconfig.get_path(k) for k in ('purelib', 'platlib')]))"
+    )
+    try:
+        out = subprocess.run(
+            [str(python), "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30
+        ).stdout
+        return [Path(p) for p in dict.fromkeys(json.loads(out)) if p]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+
+
+# ---------------------------------------------------------------- the store
+
+
+@dataclass
+class Store:
+    root: Path
+
+    def published(self, key: str) -> Path:
+        return self.root / "published" / key
+
+    def stage_dir(self) -> Path:
+        """A fresh directory for one stage, in a parent only the runner can write."""
+        parent = self.root / "stages"
+        parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(parent, 0o755)
+        return Path(tempfile.mkdtemp(prefix="stage-", dir=parent))
+
+    def prepare(self, key: str, stage_dir: Path) -> int:
+        """A fresh ``stage_dir`` for the candidate: links to the key's entries, room for more."""
+        if stage_dir.exists():
+            shutil.rmtree(stage_dir)
+        stage_dir.mkdir(parents=True)
+        src = self.published(key)
+        linked = 0
+        dirs = [stage_dir]
+        for here, subdirs, files in os.walk(src) if src.is_dir() else ():
+            rel = Path(here).relative_to(src)
+            for name in subdirs:
+                (stage_dir / rel / name).mkdir()
+                dirs.append(stage_dir / rel / name)
+            for name in files:
+                if name.startswith(".new-"):  # a copy cut short: never an entry
+                    continue
+                target = stage_dir / rel / name
+                try:
+                    os.link(Path(here) / name, target)
+                except OSError:  # another file system: a read-only copy the runner owns
+                    shutil.copy2(Path(here) / name, target)
+                    os.chmod(target, 0o444)
+                linked += 1
+        for d in dirs:  # the candidate may add files anywhere in its own tree
+            sandbox.hand_over(d)
+        return linked
+
+    def publish(self, key: str, stage_dir: Path) -> tuple[int, list[str]]:
+        """Copy the files the stage added into the key's entries, read-only: (published, refused).
+
+        Only regular files count (a link could point anywhere); a path already published is
+        left as it is, whatever the candidate did to its own copy.
+        """
+        dest = self.published(key)
+        dest.mkdir(parents=True, exist_ok=True)
+        published, size, refused = 0, 0, []
+        if stage_dir.is_symlink() or not stage_dir.is_dir():
+            return 0, [f"{stage_dir}: not a directory"]
+        for here, subdirs, files in os.walk(stage_dir):
+            subdirs.sort()
+            rel = Path(here).relative_to(stage_dir)
+            for name in sorted(files):
+                out = dest / rel / name
+                if out.exists() or out.is_symlink():
+                    continue
+                if published >= MAX_NEW_FILES or size >= MAX_NEW_BYTES:
+                    refused.append(f"{rel / name}: over {MAX_NEW_FILES} files or {MAX_NEW_BYTES} B")
+                    continue
+                added = self._add(Path(here) / name, out, MAX_NEW_BYTES - size)
+                if isinstance(added, str):
+                    refused.append(f"{rel / name}: {added}")
+                    continue
+                published, size = published + 1, size + added
+        for here, _subdirs, _files in os.walk(dest):
+            os.chmod(here, 0o755)
+        return published, refused
+
+    @staticmethod
+    def _add(path: Path, out: Path, room: int) -> int | str:
+        """Copy one regular file to ``out`` (never replacing): its size, or why it was refused."""
+        if path.is_symlink():
+            return "not a regular file"
+        try:  # no link followed, no FIFO waited on: checked again on the open descriptor
+            src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            return f"unreadable ({exc.strerror})"
+        with os.fdopen(src, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return "not a regular file"
+            if info.st_size > room:
+                return "too large"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".new-")
+            try:
+                with os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(fh, dst)
+                os.chmod(tmp, 0o444)
+                os.link(tmp, out)  # never replaces: a racing runner's entry stays
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        return info.st_size

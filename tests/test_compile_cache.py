@@ -1,0 +1,195 @@
+"""The compile cache across builds: its key, and what a candidate can and cannot do to it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from runner import compile_cache, pipeline, sandbox
+from runner.wire import Stage
+from tests.fakewheels import make_wheel
+
+KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
+
+
+def _dist_info(site: Path, name: str, version: str, files: dict[str, str]) -> None:
+    """Install ``files`` into ``site`` the way pip leaves them: the files plus a dist-info."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    record = [f"{rel},," for rel in files] + [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    site = tmp_path / "site-packages"
+    _dist_info(
+        site,
+        "nvidia-cudnn-frontend",
+        "1.32.0",
+        {
+            "cudnn/__init__.py": '__version__ = "1.32.0"\nfrom cudnn import kernels\n',
+            "cudnn/kernels/attention.py": KERNEL,
+            "cudnn/README.md": "docs\n",
+        },
+    )
+    _dist_info(site, "nvidia-cutlass-dsl", "4.8.1", {"cutlass/__init__.py": "# dsl\n"})
+    _dist_info(site, "unrelated", "1.0", {"unrelated/__init__.py": "x = 1\n"})
+    return site
+
+
+def _key(site: Path, family: str = "sm_90") -> str:
+    found = compile_cache.compute_key([site], family=family, gpu="NVIDIA H200")
+    assert found is not None
+    return found.digest()
+
+
+def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: Path) -> None:
+    first = _key(site)
+    kernel = site / "cudnn/kernels/attention.py"
+    kernel.write_text(KERNEL + "# one more line\n")
+    assert _key(site) != first  # a kernel source changed
+    kernel.write_text(KERNEL)
+    assert _key(site) == first
+    # a re-labelled build: the version in the metadata and in __version__ say 1.33.0
+    info = site / "nvidia_cudnn_frontend-1.32.0.dist-info"
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nvidia-cudnn-frontend\nVersion: 1.33.0\n"
+    )
+    init = site / "cudnn/__init__.py"
+    init.write_text(init.read_text().replace("1.32.0", "1.33.0"))
+    # and files that are not the candidate's: another distribution, bytecode
+    (site / "unrelated/__init__.py").write_text("x = 2\n")
+    (site / "cudnn/__pycache__").mkdir()
+    (site / "cudnn/__pycache__/x.cpython-311.pyc").write_bytes(b"\0")
+    assert _key(site) == first
+    # a file on disk the RECORD does not list is still hashed
+    (site / "cudnn/kernels/extra.py").write_text("import cutlass\n")
+    assert _key(site) != first
+    (site / "cudnn/kernels/extra.py").unlink()
+    assert _key(site) == first
+    # the compiler and the arch are part of what a kernel is
+    assert _key(site, family="sm_100") != first
+    (site / "nvidia_cutlass_dsl-4.8.1.dist-info/RECORD").write_text("cutlass/__init__.py,,x\n")
+    assert _key(site) != first
+
+
+def test_no_candidate_no_key(tmp_path: Path) -> None:
+    assert compile_cache.compute_key([tmp_path], family="sm_90", gpu=None) is None
+
+
+def test_publish_adds_only_new_regular_files_read_only(tmp_path: Path) -> None:
+    store = compile_cache.Store(tmp_path / "cache")
+    stage = store.stage_dir()
+    assert store.prepare("k", stage) == 0
+    (stage / "cute").mkdir()
+    (stage / "cute/a.bin").write_bytes(b"first")
+    (stage / "cute/link").symlink_to("/etc/hostname")
+    published, refused = store.publish("k", stage)
+    assert published == 1 and refused == ["cute/link: not a regular file"]
+    entry = store.published("k") / "cute/a.bin"
+    assert entry.read_bytes() == b"first" and stat.S_IMODE(entry.stat().st_mode) == 0o444
+    # the next stage of the key sees the entry; replacing its own copy publishes nothing
+    again = store.stage_dir()
+    assert store.prepare("k", again) == 1
+    (again / "cute/a.bin").unlink()
+    (again / "cute/a.bin").write_bytes(b"second")
+    assert store.publish("k", again) == (0, [])
+    assert entry.read_bytes() == b"first"
+
+
+HOSTILE = """\
+import os, pathlib
+_d = os.environ.get("CUTE_DSL_CACHE_DIR")
+if _d:
+    _root = pathlib.Path(_d)
+    _k = _root / "kernel.bin"
+    _log = []
+    def _try(what, fn):
+        try:
+            fn()
+            _log.append(what + " done")
+        except OSError:
+            _log.append(what + " denied")
+    if _k.exists():
+        _log.append("saw " + _k.read_text())
+        _try("write", lambda: _k.write_text("evil"))
+        _try("append", lambda: open(_k, "a").write("evil"))
+        _try("chmod", lambda: os.chmod(_k, 0o666))
+        _other = os.environ["HOSTILE_OTHER_ENTRY"]
+        _try("other-write", lambda: open(_other, "w").write("evil"))
+        _try("other-create", lambda: open(_other + ".evil", "w").write("evil"))
+        _try("replace", lambda: (_k.unlink(), _k.write_text("evil")))
+    else:
+        _k.write_text("good")
+    _n = len(list(_root.glob("log-*.txt")))
+    (_root / f"log-{_n}.txt").write_text("\\n".join(_log))
+"""
+
+
+@pytest.mark.skipif(
+    not sandbox.drops_privileges(),
+    reason="needs a runner that is root with setpriv: only then does the candidate run as nobody",
+)
+def test_a_candidate_cannot_write_an_entry_it_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake candidate (its ``cudnn`` is hostile code, run at import in the determinism stage)
+    attacks the cache through three builds of the same sources; the stages really run sandboxed."""
+    for name in pipeline._RUNNER_OWNED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "cache"
+    store = compile_cache.Store(root)
+    # an entry of another key, published by the runner
+    other_stage = store.stage_dir()
+    store.prepare("zz-other-key", other_stage)
+    (other_stage / "x.bin").write_text("theirs")
+    store.publish("zz-other-key", other_stage)
+    shutil.rmtree(other_stage)
+    other = store.published("zz-other-key") / "x.bin"
+    monkeypatch.setenv("HOSTILE_OTHER_ENTRY", str(other))
+    wheel = make_wheel(tmp_path / "wheels", "1.32.0", HOSTILE)
+
+    def build(n: int) -> str:
+        opts = pipeline.Options(
+            stages=[Stage.determinism],
+            work_dir=tmp_path / f"job{n}",
+            layers_dir=None,
+            compile_cache_dir=root,
+            family="sm_90",
+            gpu="NVIDIA H200",
+            report_unselected=False,
+        )
+        result = pipeline.Pipeline(opts).run(wheel)
+        (det,) = [s for s in result.stages if s.name == Stage.determinism]
+        assert "compile cache" in det.reason, det.reason
+        return det.reason
+
+    build(1)  # writes kernel.bin: a new entry, published read-only
+    (key_dir,) = (root / "published").glob("[0-9a-f]*")
+    entry = key_dir / "cute/kernel.bin"
+    assert entry.read_text() == "good" and stat.S_IMODE(entry.stat().st_mode) == 0o444
+    build(2)  # tries to change it, and another key's entry
+    attempts = (key_dir / "cute/log-1.txt").read_text().splitlines()
+    assert attempts == [
+        "saw good",
+        "write denied",
+        "append denied",
+        "chmod denied",
+        "other-write denied",
+        "other-create denied",
+        "replace done",  # its own copy, in its own directory: never published over the entry
+    ]
+    assert entry.read_text() == "good" and other.read_text() == "theirs"
+    assert not Path(f"{other}.evil").exists()
+    build(3)  # the build that follows sees the entry as the first build wrote it
+    assert (key_dir / "cute/log-2.txt").read_text().splitlines()[0] == "saw good"
+    assert sorted(os.listdir(root / "stages")) == []  # stage directories are not kept
