@@ -94,6 +94,7 @@ class Finding(_Model):
     severity: Severity
     subject: str | None = None
     message: str
+    job_ids: list[int] = Field(default_factory=list)  # in a build report: the jobs that saw it
 
 
 class Capability(_Model):

@@ -11,7 +11,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from runner import compare
-from runner.wire import Capability
+from runner.wire import Capability, Finding, Severity, StageResult
 from service.models import Build, CapabilityRow, FindingRow, Job
 
 LINE_KINDS = ("feature_regression",)
@@ -67,6 +67,15 @@ def previous_build(session: Session, build: Build) -> Build | None:
     return best[2] if best else None
 
 
+def with_line_severity(session: Session, build: Build, result: StageResult) -> StageResult:
+    """A probe's ``import_error`` is an error when the previous build of the line imported it."""
+    prev = previous_build(session, build)
+    if prev is None or not result.findings:
+        return result
+    findings = compare.upgrade_import_errors(result.findings, _capabilities(session, prev.id))
+    return result.model_copy(update={"findings": findings})
+
+
 def add_line_findings(session: Session, build: Build, job: Job) -> None:
     """Compare this job's probe with the previous build of the line; store what regressed."""
     prev = previous_build(session, build)
@@ -80,7 +89,17 @@ def add_line_findings(session: Session, build: Build, job: Job) -> None:
         )
     )
     previous = _capabilities(session, prev.id)
-    for finding in compare.regressions(previous, _capabilities(session, build.id)):
+    failed = session.execute(
+        select(FindingRow.subject)
+        .where(FindingRow.build_id == build.id, FindingRow.kind == compare.IMPORT_ERROR)
+        .distinct()
+    ).scalars()
+    imports = [
+        Finding(kind=compare.IMPORT_ERROR, severity=Severity.warning, subject=s, message="")
+        for s in failed
+    ]
+    current = _capabilities(session, build.id)
+    for finding in compare.regressions(previous, current, findings=imports):
         session.add(
             FindingRow(
                 build_id=build.id,

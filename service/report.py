@@ -132,12 +132,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         status=build_status(build),
         verdict=Verdict.pending,
         capabilities=_capabilities(caps),
-        findings=[
-            Finding(
-                kind=f.kind, severity=Severity(f.severity), subject=f.subject, message=f.message
-            )
-            for f in findings
-        ],
+        findings=once_per_build(findings),
         jobs=job_reports,
         drift=[
             DriftReport.model_validate(
@@ -152,6 +147,28 @@ def build_report(session: Session, build: Build) -> BuildReport:
     report.verdict_reason = judgement.reason
     report.not_run = judgement.not_run
     return report
+
+
+def once_per_build(rows: list[FindingRow]) -> list[Finding]:
+    """One finding per (kind, severity, subject, message), with every job that reported it.
+
+    Each job of a build probes the same wheel, so each posts the same probe findings; a reader
+    needs them once. Rows with no job (the line's findings) list no job.
+    """
+    out: dict[tuple[str, str, str | None, str], Finding] = {}
+    for row in rows:
+        key = (row.kind, row.severity, row.subject, row.message)
+        held = out.get(key)
+        if held is None:
+            held = out[key] = Finding(
+                kind=row.kind,
+                severity=Severity(row.severity),
+                subject=row.subject,
+                message=row.message,
+            )
+        if row.job_id is not None and row.job_id not in held.job_ids:
+            held.job_ids.append(row.job_id)
+    return list(out.values())
 
 
 def _rows(session: Session, table: type[T], build_id: int) -> list[T]:
@@ -206,7 +223,7 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
     session.add(row)
     ids = {"build_id": job.build_id, "job_id": job.id}
     for f in result.findings:
-        session.add(FindingRow(**ids, **f.model_dump()))
+        session.add(FindingRow(**ids, **f.model_dump(exclude={"job_ids"})))
     for subject, cap in result.capabilities.items():
         session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
     for d in result.drift:

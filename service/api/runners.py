@@ -195,7 +195,10 @@ def post_stage(
     job = _leased_job(session, runner, job_id, body.lease_token)
     if body.result.name not in job.stages:
         raise BadRequest(f"stage {body.result.name} is not part of job {job_id}")
-    row = store_stage(session, job, body.result)
+    result = body.result
+    if result.name == Stage.probe:
+        result = lines.with_line_severity(session, job.build, result)
+    row = store_stage(session, job, result)
     session.flush()
     if body.result.name == Stage.probe:
         lines.add_line_findings(session, job.build, job)
@@ -219,7 +222,7 @@ def finish_job(
     job.lease_token_hash = None
     if job.kind == "build":
         queue.release_waiting(session, job.build)
-    if job.kind == JobKind.gpu and not body.error:
+    if job.kind == JobKind.gpu:
         memory.remember(session, job)
     queue.refresh_build(session, job.build_id)
     session.commit()

@@ -158,8 +158,8 @@ def load_findings(session: Session, build_ids: list[int]) -> dict[int, list[Find
         FindingRow.message,
     ).where(FindingRow.build_id.in_(build_ids))
     out: dict[int, list[FindingView]] = defaultdict(list)
-    for build_id, severity, kind, subject, message in session.execute(stmt):
-        out[build_id].append(FindingView(severity, kind, subject, message))
+    for build_id, severity, kind, subject, message in session.execute(stmt.distinct()):
+        out[build_id].append(FindingView(severity, kind, subject, message))  # once per build
     return out
 
 
