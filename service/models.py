@@ -232,6 +232,20 @@ class ChosenConfig(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class FinishedReport(Base):
+    """The report of a build that can no longer change, as served (``service/reports.py``)."""
+
+    __tablename__ = "finished_reports"
+
+    build_id: Mapped[int] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer)
+    etag: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 PER_JOB_TABLES: tuple[type[_PerJob], ...] = (FindingRow, CapabilityRow, DriftRowDB, RefusalRowDB)
 
 

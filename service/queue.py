@@ -12,7 +12,7 @@ from sqlalchemy import Select, and_, case, delete, false, or_, select, true, upd
 from sqlalchemy.orm import Session
 
 from runner.wire import JobKind, JobState, Stage, Verdict
-from service import github
+from service import github, reports
 from service.config import Settings
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 
@@ -227,8 +227,10 @@ def refresh_build(session: Session, build_id: int) -> None:
         )
     build.verdict = report.verdict
     build.verdict_reason = report.verdict_reason
-    if report.status in ("finished", "cancelled") and build.finished_at is None:
-        build.finished_at = utcnow()
+    if report.status in ("finished", "cancelled"):
+        if build.finished_at is None:
+            build.finished_at = utcnow()
+        reports.keep(session, build.id, report)  # it can no longer change
 
 
 def release_waiting(session: Session, build: Build) -> None:

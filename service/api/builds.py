@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import Session, selectinload
 
 from runner.wire import BuildReport, BuildsPage, JobState
-from service import notify, queue
+from service import notify, queue, reports
 from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Build, Job, utcnow
@@ -66,10 +67,30 @@ def get_build(session: SessionDep, build_id: int) -> Build:
     return build
 
 
-@router.get("/{build_id}", response_model=BuildReport)
-def read_build(session: SessionDep, build_id: IdPath) -> BuildReport:
-    """One build's full report: capabilities, findings, jobs and stages, drift, refusal."""
-    return build_report(session, get_build(session, build_id))
+def _rendered(request: Request, build_id: int) -> reports.Rendered:
+    session: Session
+    with request.app.state.sessions() as session:
+        found = reports.stored(session, build_id)
+        if found is not None:
+            return found
+        report = build_report(session, get_build(session, build_id))
+        return reports.keep_after_read(session, build_id, report)
+
+
+@router.get(
+    "/{build_id}",
+    response_model=BuildReport,
+    responses={304: {"description": "not modified: the client's ETag is current"}},
+)
+async def read_build(request: Request, build_id: IdPath) -> Response:
+    """One build's full report: capabilities, findings, jobs and stages, drift, refusal.
+
+    With an ``ETag``; a finished build's report never changes and is served as stored.
+    """
+    rendered = reports.MEMORY.get(build_id)  # a finished report, read before: no database
+    if rendered is None:
+        rendered = await run_in_threadpool(_rendered, request, build_id)
+    return reports.respond(request, rendered)
 
 
 @router.post("/{build_id}/cancel", response_model=BuildReport)
