@@ -398,24 +398,31 @@ def ping() -> dict[str, bool]:
 """
 
 
-def _hammer(args: tuple[str, str, float]) -> int:
-    base, path, seconds = args
+def _hammer(args: tuple[str, str, float, bool]) -> int:
+    base, path, seconds, revalidate = args
     n = 0
     with httpx.Client(base_url=base, timeout=30) as client:
         for _ in range(5):
-            client.get(path)
+            etag = client.get(path).headers.get("etag")
+        headers = {"If-None-Match": etag} if revalidate and etag else {}
+        expect = 304 if headers else 200
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            client.get(path).raise_for_status()
+            status = client.get(path, headers=headers).status_code
+            if status != expect:
+                raise RuntimeError(f"GET {path}: {status}, expected {expect}")
             n += 1
     return n
 
 
-def rps(base: str, path: str, seconds: float, clients: int = 2) -> float:
-    """Requests per second from ``clients`` processes, each one keep-alive connection."""
+def rps(base: str, path: str, seconds: float, clients: int = 2, revalidate: bool = False) -> float:
+    """Requests per second from ``clients`` processes, each one keep-alive connection.
+
+    ``revalidate``: each request carries the ETag of the first answer (``If-None-Match``).
+    """
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(clients) as pool:
-        counts = pool.map(_hammer, [(base, path, seconds)] * clients)
+        counts = pool.map(_hammer, [(base, path, seconds, revalidate)] * clients)
     return sum(counts) / seconds
 
 
@@ -431,15 +438,16 @@ def throughput(tmp: Path, builds: int, seconds: float, reps: int = 3) -> dict[st
     out: dict[str, list[float]] = {}
     try:
         wait_until_up(f"http://127.0.0.1:{mport}/ping")
-        targets: list[tuple[str, str, str]] = [
-            ("minimal FastAPI /ping (ceiling)", f"http://127.0.0.1:{mport}", "/ping"),
-            (f"GET /api/builds/{ids['newest_pass']}", f"http://127.0.0.1:{port}",
-             f"/api/builds/{ids['newest_pass']}"),
-            ("GET /", f"http://127.0.0.1:{port}", "/"),
+        report = f"/api/builds/{ids['newest_pass']}"
+        targets: list[tuple[str, str, str, bool]] = [
+            ("minimal FastAPI /ping (ceiling)", f"http://127.0.0.1:{mport}", "/ping", False),
+            (f"GET {report}", f"http://127.0.0.1:{port}", report, False),
+            (f"GET {report} If-None-Match (304)", f"http://127.0.0.1:{port}", report, True),
+            ("GET /", f"http://127.0.0.1:{port}", "/", False),
         ]  # fmt: skip
         for _ in range(reps):  # interleaved, so drift in the machine's load hits all alike
-            for label, base, path in targets:
-                out.setdefault(label, []).append(rps(base, path, seconds))
+            for label, base, path, revalidate in targets:
+                out.setdefault(label, []).append(rps(base, path, seconds, revalidate=revalidate))
     finally:
         for proc in (svc, minimal):
             proc.terminate()

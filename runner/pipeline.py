@@ -384,14 +384,16 @@ class Pipeline:
             dirs.append(torch.site_dir)
         return [d for d in dirs if d.is_dir()]
 
-    def _prepare_compile_cache(self) -> tuple[compile_cache.Store | None, str | None, Path]:
+    def _prepare_compile_cache(
+        self,
+    ) -> tuple[compile_cache.Store | None, str | None, Path, int]:
         """The stage's own cache directory: the published entries of its key, linked read-only.
 
         Without a cache root, or without a candidate to key on, a throwaway directory.
         """
         o = self.opts
         stage_dir = o.work_dir / "compile-cache"  # under the candidate's work dir: throwaway
-        key = None
+        key, linked = None, 0
         if o.compile_cache_dir is not None:
             found = compile_cache.compute_key(self._candidate_sites(), family=o.family, gpu=o.gpu)
             key = found.digest() if found else None
@@ -403,11 +405,11 @@ class Pipeline:
         else:
             stage_dir.mkdir(parents=True, exist_ok=True)
             sandbox.hand_over(stage_dir)
-        return store, key, stage_dir
+        return store, key, stage_dir, linked
 
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
-        store, key, cache_dir = self._prepare_compile_cache()
+        store, key, cache_dir, linked = self._prepare_compile_cache()
         params = {
             "family": o.family,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
@@ -425,7 +427,9 @@ class Pipeline:
         if store is not None and key is not None:
             published, refused = store.publish(key, cache_dir)
             log.info("event=compile_cache_published key=%s new=%s", key, published)
-            result.reason += f"; compile cache {key[:12]}: {published} new entries published"
+            result.reason += (
+                f"; compile cache {key[:12]}: {linked} entries present, {published} new published"
+            )
             if refused:
                 result.reason += f", {len(refused)} refused ({refused[0]})"
             shutil.rmtree(cache_dir, ignore_errors=True)
