@@ -38,6 +38,10 @@ MAX_SOURCE_BYTES = 2 << 30
 MAX_NEW_FILES = 10_000
 MAX_NEW_BYTES = 4 << 30
 
+# Lock files coordinate writers within a stage; published read-only, a later stage could not open
+# one for writing (the flex-attention cache takes its exclusive lock with O_WRONLY).
+LOCK_SUFFIX = ".lock"
+
 # The version a build reports is a label: it is not an input of any kernel, and a re-labelled
 # wheel with the same code keeps its kernels.
 _VERSION_LINE = re.compile(rb"^(\s*__version__\s*[:=][^\n]*)$", re.M)
@@ -225,7 +229,7 @@ class Store:
             rel = Path(here).relative_to(stage_dir)
             for name in sorted(files):
                 out = dest / rel / name
-                if out.exists() or out.is_symlink():
+                if out.exists() or out.is_symlink() or name.endswith(LOCK_SUFFIX):
                     continue
                 if published >= MAX_NEW_FILES or size >= MAX_NEW_BYTES:
                     refused.append(f"{rel / name}: over {MAX_NEW_FILES} files or {MAX_NEW_BYTES} B")

@@ -13,6 +13,10 @@ from service.models import ChosenConfig, Job, StageRow, utcnow
 
 log = logging.getLogger("fe_ci.memory")
 
+# A lease carries the most recently chosen rows of its family: every GPU model and backend of a
+# fleet, bounded however many backends the family has seen.
+MAX_IN_LEASE = 200
+
 
 def remember(session: Session, job: Job) -> list[RememberedConfig]:
     """Store the configs this finished GPU job's determinism stage chose (newest build wins)."""
@@ -70,7 +74,10 @@ def start_configs(session: Session, family: str | None) -> list[RememberedConfig
     if family is None:
         return []
     rows = session.scalars(
-        select(ChosenConfig).where(ChosenConfig.family == family).order_by(ChosenConfig.id)
+        select(ChosenConfig)
+        .where(ChosenConfig.family == family)
+        .order_by(ChosenConfig.updated_at.desc(), ChosenConfig.id.desc())
+        .limit(MAX_IN_LEASE)
     )
     return [
         RememberedConfig(

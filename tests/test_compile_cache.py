@@ -92,11 +92,13 @@ def test_publish_adds_only_new_regular_files_read_only(tmp_path: Path) -> None:
     assert store.prepare("k", stage) == 0
     (stage / "cute").mkdir()
     (stage / "cute/a.bin").write_bytes(b"first")
+    (stage / "cute/a.lock").write_bytes(b"")  # a writer's lock: the next stage makes its own
     (stage / "cute/link").symlink_to("/etc/hostname")
     published, refused = store.publish("k", stage)
     assert published == 1 and refused == ["cute/link: not a regular file"]
     entry = store.published("k") / "cute/a.bin"
     assert entry.read_bytes() == b"first" and stat.S_IMODE(entry.stat().st_mode) == 0o444
+    assert not (store.published("k") / "cute/a.lock").exists()
     # the next stage of the key sees the entry; replacing its own copy publishes nothing
     again = store.stage_dir()
     assert store.prepare("k", again) == 1
