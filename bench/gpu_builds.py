@@ -111,9 +111,19 @@ def summarise(doc: dict[str, Any], wall_s: float) -> dict[str, Any]:
             for key in ("timings", "subjects", "escalation", "memory"):
                 if det.get(key):
                     subjects[key] = det[key]
+            subjects["reason"] = det.get("reason")  # ends with the compile cache's entries
             for check in det.get("checks", []):
+                m = check.get("metrics") or {}
                 subjects.setdefault("checks", []).append(
-                    {k: check.get(k) for k in ("name", "status", "reason") if k in check}
+                    {
+                        "name": check.get("name"),
+                        "status": check.get("status"),
+                        "config": (m.get("config") or {}).get("name"),
+                        "start": m.get("start"),  # remembered config, build, kept/escalated
+                        "escalation_steps": m.get("escalation_steps"),
+                        "compile_s": m.get("compile_s"),
+                        "run_s": m.get("run_s"),
+                    }
                 )
         jobs.append(
             {
@@ -165,6 +175,15 @@ def text(summary: dict[str, Any]) -> str:
     for job in summary["jobs"]:
         stages = ", ".join(f"{n} {st} {s} s" for n, (st, s) in job["stages"].items())
         lines.append(f"  {job['kind']} {job['family'] or ''}: {stages}")
+    for job in summary["jobs"]:
+        for c in job["determinism"].get("checks", []):
+            start = c.get("start") or {}
+            lines.append(
+                f"  {c['name']} {c['status']} at {c['config']}: start {start.get('config')} "
+                f"(build {start.get('build_id')}, {start.get('outcome')}), "
+                f"{c['escalation_steps']} escalation steps, compile {c['compile_s']} s, "
+                f"runs {c['run_s']} s"
+            )
     for d in summary["drift"]:
         lines.append(
             f"  {d['subject']}.{d['output']} {d['arm']}: {d['differing']}/{d['runs']} differ, "

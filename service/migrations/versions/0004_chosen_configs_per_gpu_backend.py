@@ -1,7 +1,7 @@
 """chosen configs keyed per GPU model and cuDNN backend
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-03 12:20:00.000000
 
 The table was created by 0001 but nothing wrote it, so it is recreated rather than altered: a
@@ -15,8 +15,8 @@ from alembic import op
 
 import service.models
 
-revision: str = "0003"
-down_revision: str | None = "0002"
+revision: str = "0004"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
