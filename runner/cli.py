@@ -79,8 +79,10 @@ LOG_LEVEL = typer.Option(metavar="LEVEL", help="debug, info, warning or error (l
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(metavar="HOST", help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(metavar="PORT", help="port to listen on")] = 8080,
+    host: Annotated[
+        str, typer.Option("--host", metavar="HOST", help="interface to bind")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="port to listen on")] = 8080,
     log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
     """Run the service (API, dashboard, runner protocol)."""
@@ -254,6 +256,7 @@ def validate(
     stages: Annotated[
         str | None,
         typer.Option(
+            "--stages",
             metavar="STAGES",
             help="comma-separated, from: install, probe, determinism, numerics, refusal "
             "(default: all of them)",
@@ -271,7 +274,9 @@ def validate(
     ] = False,
     python: Annotated[
         Path | None,
-        typer.Option(metavar="PYTHON", help="with --preinstalled: the Python that has it"),
+        typer.Option(
+            "--python", metavar="PYTHON", help="with --preinstalled: the Python that has it"
+        ),
     ] = None,
     negative_control: Annotated[
         bool,
