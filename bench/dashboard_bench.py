@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/dashboard_bench.py [--builds 10000] [--requests 200]
 
-Seeds ``--builds`` builds cycling through every state of tests/dashboard_data.py (each finished
+Seeds ``--builds`` builds cycling through every state of testkit/dashboard_data.py (each finished
 build with its jobs, stages, checks, capabilities, drift rows and 80 refusal rows), starts the
 service on 127.0.0.1, and times sequential GETs over one keep-alive connection after a warm-up.
 Prints a Markdown table: round-trip median, p95 and max in milliseconds as the client sees them,
@@ -12,10 +12,7 @@ and the handler's own time (queries and rendering, from the ``Server-Timing`` he
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,53 +21,17 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.db import make_engine, migrate  # noqa: E402
-from service.models import Build  # noqa: E402
-from tests.dashboard_data import seed_many  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from service.db import make_engine, migrate
+from service.models import Build
+from testkit.dashboard_data import seed_many
+from testkit.service import Service, service_env
 
 
-def service_env(data: Path) -> dict[str, str]:
-    """The environment of a benchmark's service on ``data``: its own tokens, no GPU families."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
-    env.update(
-        FE_CI_DATA_DIR=str(data),
-        FE_CI_SUBMIT_TOKEN="bench-submit-token",
-        FE_CI_RUNNER_TOKEN="bench-runner-token",
-        FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
-        FE_CI_GPU_ARCHS="",
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
-def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
-    env = service_env(data)
-    log = open(data.parent / "service.log", "ab")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/builds?limit=1").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the service did not start; see service.log")
+def start_service(data: Path) -> Service:
+    """A real service over the seeded ``data``, with the benchmarks' (and tests') settings."""
+    return Service(data_dir=data, env=service_env(data)).start()
 
 
 def _p95(values: list[float]) -> float:
@@ -140,8 +101,7 @@ def main() -> None:
         data = Path(tmp) / "data"
         ids = seed_database(data, args.builds)
         oldest, newest_pass, newest_fail = ids["oldest"], ids["newest_pass"], ids["newest_fail"]
-        port = free_port()
-        proc = start_service(data, port)
+        svc = start_service(data)
         try:
             paths = [
                 "/",
@@ -159,12 +119,11 @@ def main() -> None:
             print(f"\n{args.requests} sequential requests each, after 5 warm-up requests\n")
             print("| page | median ms | p95 ms | max ms | handler median / p95 ms | bytes |")
             print("|---|---:|---:|---:|---:|---:|")
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            with httpx.Client(base_url=svc.url, timeout=30) as client:
                 for path in paths:
                     print(measure(client, path, args.requests), flush=True)
         finally:
-            proc.terminate()
-            proc.wait(timeout=15)
+            svc.stop()
 
 
 if __name__ == "__main__":

@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
-import signal
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,106 +30,15 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-SUBMIT = "load-submit-token"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testkit.service import SUBMIT, Service, service_env
+from testkit.wheels import make_big_wheel
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def make_big_wheel(dest_dir: Path, size_mb: int, version: str = "9.9.0") -> Path:
-    """A wheel that passes the service's checks, ``size_mb`` large, written in 1 MiB chunks."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dist = f"nvidia_cudnn_frontend-{version}"
-    path = dest_dir / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("cudnn/__init__.py", b"")
-        with zf.open("cudnn/payload.bin", "w", force_zip64=True) as fh:
-            for _ in range(size_mb):
-                fh.write(os.urandom(1 << 20))
-        zf.writestr(
-            f"{dist}.dist-info/METADATA",
-            f"Metadata-Version: 2.1\nName: nvidia-cudnn-frontend\nVersion: {version}\n",
-        )
-        zf.writestr(
-            f"{dist}.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: fe-ci-bench\nRoot-Is-Purelib: true\n"
-            "Tag: py3-none-any\n",
-        )
-        zf.writestr(f"{dist}.dist-info/RECORD", "")
-    return path
-
-
-@dataclass
-class ServiceProc:
-    data_dir: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def start_service(data_dir: Path, max_upload_mb: int, log: Path) -> ServiceProc:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
-    env.update(
-        FE_CI_DATA_DIR=str(data_dir),
-        FE_CI_SUBMIT_TOKEN=SUBMIT,
-        FE_CI_RUNNER_TOKEN="load-runner-token",
-        FE_CI_WEBHOOK_SECRET="load-webhook-secret",
-        FE_CI_GPU_ARCHS="",
-        FE_CI_MAX_UPLOAD_MB=str(max_upload_mb),
-        PYTHONPATH=str(ROOT),
-    )
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runner.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("ab"),
-    )
-    svc = ServiceProc(data_dir, port, proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{svc.url}/healthz", timeout=1).status_code == 200:
-                return svc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    svc.stop()
-    raise RuntimeError("the service did not start")
+def start_service(data_dir: Path, max_upload_mb: int) -> Service:
+    env = service_env(data_dir, FE_CI_MAX_UPLOAD_MB=str(max_upload_mb))
+    return Service(data_dir=data_dir, env=env).start()
 
 
 @dataclass
@@ -207,7 +111,7 @@ def check_store(data_dir: Path) -> dict[str, Any]:
 
 
 def run_load(
-    svc: ServiceProc,
+    svc: Service,
     wheel: Path,
     *,
     uploads: int,
@@ -325,7 +229,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="fe-ci-load-", dir=args.dir))
     try:
         wheel = make_big_wheel(root / "wheel", args.size_mb)
-        svc = start_service(root / "data", args.size_mb + 16, root / "service.log")
+        svc = start_service(root / "data", args.size_mb + 16)
         try:
             result = run_load(
                 svc, wheel, uploads=args.uploads, readers=args.readers, duration_s=args.duration

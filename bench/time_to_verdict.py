@@ -5,7 +5,7 @@
         [--only service,side,latency,throughput,installers,bytecode]
 
 Every figure is measured in this one run, on this machine, with the real registry wheel
-(tests/wheels.py):
+(testkit/registry.py):
 
 1. through the service: ``POST /validate`` to a real ``fe-ci serve`` on 127.0.0.1, a real
    ``fe-ci runner`` (FE_CI_GPU_ARCHS empty: one CPU job, install + probe) until the build is
@@ -49,17 +49,14 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.dashboard_bench import (  # noqa: E402
-    free_port,
-    seed_database,
-    service_env,
-    start_service,
-)
+from bench.dashboard_bench import seed_database, start_service  # noqa: E402
 from runner import envs, layers, pipeline, zygotes  # noqa: E402
 from runner.wire import Stage  # noqa: E402
-from tests.wheels import candidate_env, registry_wheel  # noqa: E402
+from testkit.registry import candidate_env, registry_wheel  # noqa: E402
+from testkit.service import SUBMIT as SUBMIT_TOKEN  # noqa: E402
+from testkit.service import Service, free_port, service_env  # noqa: E402
 
-SUBMIT = {"Authorization": "Bearer bench-submit-token"}
+SUBMIT = {"Authorization": f"Bearer {SUBMIT_TOKEN}"}
 RESULTS: dict[str, object] = {}
 
 
@@ -76,23 +73,8 @@ def _ts(text: str) -> float:
 # ---------------------------------------------------------------------------- the service path
 
 
-def start_runner(url: str, cache: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
-    env.update(
-        FE_CI_URL=url,
-        FE_CI_RUNNER_TOKEN="bench-runner-token",
-        FE_CI_RUNNER_NAME=name,
-        FE_CI_RUNNER_LABELS="",
-        FE_CI_CACHE_DIR=str(cache),
-        PYTHONPATH=str(ROOT),
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "runner"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "ab"),  # the child owns it
-        cwd=ROOT,
-    )
+def start_runner(svc: Service, cache: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
+    return svc.start_runner(log, FE_CI_RUNNER_NAME=name, FE_CI_CACHE_DIR=str(cache))
 
 
 def submit(http: httpx.Client, wheel: Path) -> tuple[int, float, float]:
@@ -155,14 +137,13 @@ def split(db: Path, build_id: int, t0: float, t_up: float, t_done: float) -> dic
 def through_service(wheel: Path, tmp: Path, cold: int, warm: int) -> dict[str, list[dict]]:
     data = tmp / "svc-data"
     data.mkdir()
-    port = free_port()
-    svc = start_service(data, port)
+    svc = start_service(data)
     out: dict[str, list[dict]] = {"cold": [], "warm": []}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
+        with httpx.Client(base_url=svc.url, timeout=600) as http:
             for rep in range(cold):
                 cache = tmp / f"runner-cache-{rep}"
-                runner = start_runner(http.base_url.__str__(), cache, tmp / "runner.log", "b1")
+                runner = start_runner(svc, cache, tmp / "runner.log", "b1")
                 try:
                     time.sleep(3)  # registered and idle in its long poll
                     for kind in ["cold"] + ["warm"] * warm:
@@ -175,8 +156,7 @@ def through_service(wheel: Path, tmp: Path, cold: int, warm: int) -> dict[str, l
                     runner.terminate()
                     runner.wait(timeout=60)
     finally:
-        svc.terminate()
-        svc.wait(timeout=15)
+        svc.stop()
     return out
 
 
@@ -342,25 +322,15 @@ def wait_until_up(url: str, tries: int = 300) -> None:
 def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, object]:
     data = tmp / "lat-data"
     data.mkdir()
-    port = free_port()
-    env = service_env(data)
-    log = tmp / "lat-access.log"
     # the same application as ``fe-ci serve``, with uvicorn's access log on: it counts the claims
     cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory"]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    svc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=open(log, "ab"),  # noqa: SIM115 - the child owns it
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_until_up(f"{url}/api/builds?limit=1")
-    runner = start_runner(url, tmp / "lat-cache", tmp / "lat-runner.log", "lat1")
+    cmd += ["--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
+    svc = Service(data_dir=data, env=service_env(data), command=cmd).start()
+    log = svc.log_path
+    runner = start_runner(svc, tmp / "lat-cache", tmp / "lat-runner.log", "lat1")
     lat: list[float] = []
     try:
-        with httpx.Client(base_url=url, timeout=600) as http:
+        with httpx.Client(base_url=svc.url, timeout=600) as http:
             time.sleep(3)
             build_id, _, _ = submit(http, wheel)  # builds the layer: later jobs are short
             wait_finished(http, build_id)
@@ -381,8 +351,7 @@ def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, ob
     finally:
         runner.terminate()
         runner.wait(timeout=60)
-        svc.terminate()
-        svc.wait(timeout=15)
+        svc.stop()
     return {"latency_s": lat, "idle_claims_per_min": claims * 60.0 / idle_s}
 
 
@@ -430,8 +399,8 @@ def throughput(tmp: Path, builds: int, seconds: float, reps: int = 3) -> dict[st
     data = tmp / "tp-data"
     ids = seed_database(data, builds)
     (tmp / "minimal_app.py").write_text(MINIMAL_APP)
-    port, mport = free_port(), free_port()
-    svc = start_service(data, port)
+    mport = free_port()
+    svc = start_service(data)
     cmd = [sys.executable, "-m", "uvicorn", "minimal_app:app", "--port", str(mport)]
     cmd += ["--host", "127.0.0.1", "--workers", "1", "--no-access-log", "--log-level", "warning"]
     minimal = subprocess.Popen(cmd, cwd=tmp)
@@ -441,17 +410,17 @@ def throughput(tmp: Path, builds: int, seconds: float, reps: int = 3) -> dict[st
         report = f"/api/builds/{ids['newest_pass']}"
         targets: list[tuple[str, str, str, bool]] = [
             ("minimal FastAPI /ping (ceiling)", f"http://127.0.0.1:{mport}", "/ping", False),
-            (f"GET {report}", f"http://127.0.0.1:{port}", report, False),
-            (f"GET {report} If-None-Match (304)", f"http://127.0.0.1:{port}", report, True),
-            ("GET /", f"http://127.0.0.1:{port}", "/", False),
+            (f"GET {report}", svc.url, report, False),
+            (f"GET {report} If-None-Match (304)", svc.url, report, True),
+            ("GET /", svc.url, "/", False),
         ]  # fmt: skip
         for _ in range(reps):  # interleaved, so drift in the machine's load hits all alike
             for label, base, path, revalidate in targets:
                 out.setdefault(label, []).append(rps(base, path, seconds, revalidate=revalidate))
     finally:
-        for proc in (svc, minimal):
-            proc.terminate()
-            proc.wait(timeout=15)
+        svc.stop()
+        minimal.terminate()
+        minimal.wait(timeout=15)
     return out
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, Service
-from tests.test_webhooks import push, send
-from tests.wheels import registry_wheel
+from testkit.registry import registry_wheel
+from testkit.service import ROOT, Service
+from tests.helpers import push, send
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, Service
+from testkit.service import ROOT, Service
 
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
 

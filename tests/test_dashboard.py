@@ -1,8 +1,9 @@
 """The dashboard in a real headless Chromium against a real service (uvicorn on 127.0.0.1).
 
-The seeded database holds builds in every state (tests/dashboard_data.py; the GPU results there,
+The seeded database holds builds in every state (testkit/dashboard_data.py; the GPU results there,
 an sm_100 job among them, stand in for runners this machine cannot have). The live test drives a
-build through the real runner protocol. Screenshots of the four pages land in docs/screenshots/.
+build through the real runner protocol. With ``FE_CI_SCREENSHOTS=1`` the tests also retake the
+four screenshots in docs/screenshots/; otherwise they write nothing into the tree.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import httpx
 import pytest
 
 from service.db import make_engine
-from tests.conftest import ROOT, Service, base_env
-from tests.dashboard_data import XSS_BRANCH, XSS_VERSION, seed_all
-from tests.fakewheels import make_wheel
-from tests.test_protocol import register, submit_wheel
+from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION, seed_all
+from testkit.service import ROOT, Service, service_env
+from testkit.wheels import make_wheel
+from tests.helpers import register, submit_wheel
 
 CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "docs" / "screenshots"
@@ -50,7 +51,7 @@ STATE_TEXT = {
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, int]]]:
     data = tmp_path_factory.mktemp("dash") / "data"
-    svc = Service(data_dir=data, env=base_env(data)).start()
+    svc = Service(data_dir=data, env=service_env(data)).start()
     engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
     try:
         ids = seed_all(engine)
@@ -85,6 +86,9 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def shot(page: Any, name: str) -> None:
+    """Retake docs/screenshots/<name>.png, only when asked: tests leave tracked files alone."""
+    if os.environ.get("FE_CI_SCREENSHOTS") != "1":
+        return
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 

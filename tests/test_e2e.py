@@ -7,8 +7,8 @@ import sys
 
 import httpx
 
-from tests.conftest import ROOT, Service
-from tests.test_protocol import submit_wheel
+from testkit.service import ROOT, Service
+from tests.helpers import submit_wheel
 
 
 def run_runner_once(

@@ -4,35 +4,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
-
-from tests.conftest import ROOT, Service
-from tests.fakewheels import HANG, SEGFAULT, make_wheel
-from tests.test_protocol import submit_wheel
+from testkit.service import Service
+from testkit.wheels import HANG, SEGFAULT, make_wheel
+from tests.helpers import submit_wheel, wait_for
 
 
 def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "runner", *args],
-        env=svc.runner_env(FE_CI_RUNNER_NAME="r1", **env),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "runner.log", "ab"),
-    )
-
-
-def wait_for(svc: Service, build_id: int, pred, timeout: float = 240) -> dict:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
-        if pred(r):
-            return r
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting on build {build_id}: {r}")
+    return svc.start_runner(tmp_path / "runner.log", *args, FE_CI_RUNNER_NAME="r1", **env)
 
 
 def stage(r: dict, name: str) -> dict:

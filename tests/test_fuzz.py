@@ -17,8 +17,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import REGISTER, SUBMIT, Service, base_env
-from tests.fakewheels import make_wheel
+from testkit.service import REGISTER, SUBMIT, Service, service_env
+from testkit.wheels import make_wheel
 
 EXAMPLES = 60  # per operation: 14 operations, the whole module well under two minutes
 
@@ -28,7 +28,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     root = tmp_path_factory.mktemp("fuzz")
     data = root / "data"
     svc = Service(
-        data_dir=data, env=base_env(data, FE_CI_LEASE_SECONDS="600", FE_CI_MAX_UPLOAD_MB="2")
+        data_dir=data, env=service_env(data, FE_CI_LEASE_SECONDS="600", FE_CI_MAX_UPLOAD_MB="2")
     ).start()
     wheel = make_wheel(root / "w", "9.1.0", "")
     with svc.http() as http, wheel.open("rb") as fh:

@@ -1,6 +1,6 @@
 """Dependency layers: the warm install path (runner/layers.py, runner/envs.py ``install_warm``).
 
-Real registry wheels (1.27.0 and 1.32.0, tests/wheels.py), real venvs, the real installer (uv
+Real registry wheels (1.27.0 and 1.32.0, testkit/registry.py), real venvs, the real installer (uv
 where present, else pip) with the host's torch kept out of its hands.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from runner import envs, layers, pipeline
 from runner.wire import Stage, Status
-from tests.wheels import candidate_env, registry_wheel
+from testkit.registry import candidate_env, registry_wheel
 
 pytestmark = pytest.mark.slow  # builds real dependency layers from registry wheels
 

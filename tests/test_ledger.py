@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
 
 from runner import ledger
 from runner.inside import probe as probe_mod
@@ -84,16 +85,30 @@ def test_an_unparseable_version_gives_nothing() -> None:
     assert ledger.ledger_findings("not-a-version", {DSRELU: False}) == []
 
 
-def test_the_ledger_records_the_documented_releases() -> None:
-    since = {f.id: f.since for f in ledger.load_ledger()}
-    assert since == {
-        "grouped_gemm_dsrelu.deterministic": "1.28.0",
-        "grouped_gemm_quant.optional_prob_tensor": "1.27.0",
-        "flex_attention_bwd.deterministic": "1.29.0",
-        "grouped_gemm_dglu.deterministic": "1.29.1",
-        "sdpa_bwd.use_deterministic_algorithm": "1.5.0",
-    }
-    assert all(f.source and f.evidence and f.entry_points for f in ledger.load_ledger())
+def _release_before(version: str) -> str:
+    major, minor, micro = Version(version).release[:3]
+    return f"{major}.{minor}.{micro - 1}" if micro else f"{major}.{minor - 1}.0"
+
+
+@pytest.mark.parametrize("feature", ledger.load_ledger(), ids=lambda f: f.id)
+def test_each_ledger_entry_draws_the_line_at_its_release(feature: ledger.LedgerFeature) -> None:
+    """Every entry, whatever its release, turns into findings on both sides of that release."""
+    before = _release_before(feature.since)
+
+    def found(version: str, has: bool) -> list[tuple[str, str]]:
+        return [
+            (f.kind, f.subject)
+            for f in ledger.ledger_findings(version, {feature.id: has})
+            if f"documented from {feature.since}" in f.message
+        ]
+
+    # the release that documents it, without it: a consumer's version gate would break
+    assert found(feature.since, False) == [("version_feature_mismatch", feature.subject)]
+    # the release before, already with it: the knob predates the version
+    assert found(before, True) == [("feature_predates_version", feature.subject)]
+    # each side of the line as documented: nothing to say
+    assert found(feature.since, True) == found(before, False) == []
+    assert feature.source and feature.evidence and feature.entry_points
 
 
 def test_every_subject_knob_is_in_the_ledger_and_the_probe_reads_the_same_file() -> None:

@@ -21,9 +21,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, text
 
 from service.db import alembic_config
-from tests.conftest import REGISTER, Service
+from testkit.service import REGISTER, Service
+from tests.helpers import register, report, stage_body, submit_wheel
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 - fixtures
-from tests.test_protocol import register, report, stage_body, submit_wheel
 
 StartService = Callable[..., Service]
 

@@ -2,7 +2,7 @@
 
 Each probe runs ``python -m runner.inside.probe`` with the candidate environment's own Python and
 only the runner's source on PYTHONPATH, exactly as the runner starts it. The relabelled builds are
-real registry wheels rewritten to claim another version (tests/relabel.py) and installed by pip.
+real registry wheels rewritten to claim another version (testkit/registry.py) and installed by pip.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import pytest
 from runner import compare, ledger
 from runner.inside import probe as probe_mod
 from runner.wire import Capability, Severity, Stage, StageResult, Status
-from tests.relabel import relabel_wheel, relabelled_env
-from tests.wheels import candidate_env, registry_wheel
+from testkit.registry import candidate_env, registry_wheel, relabel_wheel, relabelled_env
 
 ROOT = Path(__file__).resolve().parent.parent
 slow = pytest.mark.slow  # installs and probes real registry releases

@@ -4,41 +4,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import REGISTER, SUBMIT, Service
-from tests.wheels import registry_wheel
+from testkit.registry import registry_wheel
+from testkit.service import REGISTER, SUBMIT, Service
+from tests.helpers import register, report, stage_body, submit_wheel
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
-
-
-def register(svc: Service, name: str, **labels: str) -> httpx.Client:
-    resp = httpx.post(
-        f"{svc.url}/api/runners/register",
-        json={"name": name, "labels": labels},
-        headers={"Authorization": f"Bearer {REGISTER}"},
-    )
-    assert resp.status_code == 200, resp.text
-    return svc.http(resp.json()["token"])
-
-
-def submit_wheel(svc: Service, wheel: Path | None = None) -> int:
-    wheel = wheel or registry_wheel("1.32.0")
-    with svc.http() as http, wheel.open("rb") as fh:
-        resp = http.post("/validate", files={"wheel": (wheel.name, fh)})
-    assert resp.status_code == 202, resp.text
-    return int(resp.json()["build_id"])
-
-
-def report(svc: Service, build_id: int) -> dict:
-    return httpx.get(f"{svc.url}/api/builds/{build_id}").json()
-
-
-def stage_body(token: str, name: str = "probe", status: str = "pass") -> dict:
-    return {"lease_token": token, "result": {"name": name, "status": status, "reason": "r"}}
 
 
 def test_each_token_opens_only_its_own_door(service: Service) -> None:

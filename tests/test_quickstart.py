@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port
+from testkit.service import ROOT, free_port
 
 
 def fresh_copy(dest: Path) -> Path:

@@ -2,7 +2,7 @@
 mid-upload, a service that goes away while a runner holds a job (back within the lease, or not).
 
 Leases and sweeps are shortened through the environment; the candidates are constructed wheels
-whose import sleeps (tests/fakewheels.py), so a job lasts long enough to act on it mid-way.
+whose import sleeps (testkit/wheels.py), so a job lasts long enough to act on it mid-way.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,12 +18,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.load import make_big_wheel
-from tests.conftest import ROOT, SUBMIT, Service
-from tests.fakewheels import make_wheel, sleepy
+from testkit.service import SUBMIT, Service
+from testkit.wheels import make_big_wheel, make_wheel, sleepy
+from tests.helpers import stage_body, submit_wheel, wait_for
 from tests.tap import read_tap
-from tests.test_faults import wait_for
-from tests.test_protocol import stage_body, submit_wheel
 
 CPU_STAGES = ["install", "probe", "refusal"]
 
@@ -33,7 +30,7 @@ def start_runner(
     svc: Service, tmp_path: Path, name: str, *, tap: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
     """``fe-ci runner`` as its own process (through tests/tap.py when ``tap`` is given)."""
-    args = ["-m", "tests.tap", str(tap), "runner"] if tap else ["-m", "runner.cli", "runner"]
+    module = ("tests.tap", str(tap)) if tap else ("runner.cli",)
     settings = {
         "FE_CI_RUNNER_NAME": name,
         "FE_CI_STAGE_TIMEOUT_S": "120",
@@ -41,13 +38,7 @@ def start_runner(
         "FE_CI_CLAIM_WAIT_S": "1",
         **env,
     }
-    return subprocess.Popen(
-        [sys.executable, *args],
-        env=svc.runner_env(**settings),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / f"{name}.log", "ab"),
-    )
+    return svc.start_runner(tmp_path / f"{name}.log", module=module, **settings)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from runner.inside import refusal
 from runner.wire import RefusalRow, Stage, StageResult, Status
-from tests.wheels import candidate_env
+from testkit.registry import candidate_env
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("1.27.0", "1.28.0", "1.32.0")

@@ -11,20 +11,13 @@ import time
 from pathlib import Path
 
 from runner import sandbox
+from tests.helpers import alive
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
     path.write_text(textwrap.dedent(body))
     return [sys.executable, str(path)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
@@ -44,9 +37,9 @@ def test_a_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
     assert "hanging" in out.log_tail
     grandchild = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(grandchild), "the stage's child outlived the timeout"
+    assert not alive(grandchild), "the stage's child outlived the timeout"
 
 
 def test_death_by_signal_is_crashed_with_the_log_tail(tmp_path: Path) -> None:

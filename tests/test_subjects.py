@@ -196,7 +196,7 @@ def test_grouped_kernels_compile_for_sm100a_on_a_host_without_that_gpu(tmp_path:
     The skipped check carries the compile-only result; a pass is not a check of its own, so it
     cannot count as having run the subject.
     """
-    from tests.wheels import candidate_env
+    from testkit.registry import candidate_env
 
     env = candidate_env("1.32.0")
     caps = {name: {"importable": True, "present": True} for name in SUBJECTS}

@@ -32,13 +32,14 @@ from fastapi.responses import JSONResponse
 
 from service import uploads
 from service.errors import ApiError
-from tests.conftest import ROOT
-from tests.wheels import registry_wheel
+from testkit import wheels
+from testkit.registry import registry_wheel
+from testkit.service import ROOT
 
-NAME = "nvidia_cudnn_frontend-1.32.0-py3-none-any.whl"
-DIST_INFO = "nvidia_cudnn_frontend-1.32.0.dist-info"
-METADATA = b"Metadata-Version: 2.1\nName: nvidia-cudnn-frontend\nVersion: 1.32.0\n"
-WHEEL = b"Wheel-Version: 1.0\nGenerator: fe-ci-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+NAME = wheels.wheel_name("1.32.0")
+DIST_INFO = wheels.dist_info("1.32.0")
+METADATA = wheels.metadata("1.32.0")
+WHEEL = wheels.WHEEL_FILE
 MiB = 1024 * 1024
 
 
@@ -108,24 +109,21 @@ def files_left(data_dir: Path) -> list[Path]:
     return sorted(p for p in data_dir.rglob("*") if not p.is_dir())
 
 
-def make_wheel(
+def wheel_with(
     extra: dict[str, bytes] | None = None,
     *,
     metadata: bytes | None = METADATA,
     wheel: bytes | None = WHEEL,
     dist_info: str = DIST_INFO,
 ) -> bytes:
+    """A 1.32.0 frontend wheel's bytes, with METADATA or WHEEL left out (``None``) or changed."""
     members: dict[str, bytes] = {"cudnn/__init__.py": b"__version__ = '1.32.0'\n"}
     if metadata is not None:
         members[f"{dist_info}/METADATA"] = metadata
     if wheel is not None:
         members[f"{dist_info}/WHEEL"] = wheel
     members.update(extra or {})
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
+    return wheels.wheel_bytes(members)
 
 
 def post(server: Server, content: bytes, filename: str = NAME, **params: int) -> httpx.Response:
@@ -178,7 +176,7 @@ class Endless:
 
 def test_minimal_constructed_wheel_is_accepted(server: Server) -> None:
     """The control for the constructed rejections below: without its defect the wheel passes."""
-    resp = post(server, make_wheel())
+    resp = post(server, wheel_with())
     assert resp.status_code == 200, resp.text
     assert resp.json()["version"] == "1.32.0"
     assert resp.json()["distribution"] == "nvidia-cudnn-frontend"
@@ -218,7 +216,7 @@ def test_not_a_zip(server: Server) -> None:
 
 
 def test_zip_without_dist_info(server: Server) -> None:
-    resp = post(server, make_wheel(metadata=None, wheel=None))
+    resp = post(server, wheel_with(metadata=None, wheel=None))
     error = assert_refused(server, resp, 422, "not_a_wheel", "dist_info")
     assert "no .dist-info directory" in error["message"]
 
@@ -226,25 +224,25 @@ def test_zip_without_dist_info(server: Server) -> None:
 @pytest.mark.parametrize(("missing", "check"), [("METADATA", "metadata"), ("WHEEL", "wheel_file")])
 def test_dist_info_without_required_file(server: Server, missing: str, check: str) -> None:
     kwargs: dict[str, Any] = {missing.lower(): None}
-    resp = post(server, make_wheel(**kwargs))
+    resp = post(server, wheel_with(**kwargs))
     error = assert_refused(server, resp, 422, "not_a_wheel", check)
     assert error["message"] == f"the wheel has no {missing} in {DIST_INFO}/"
 
 
 def test_dist_info_of_another_version(server: Server) -> None:
-    resp = post(server, make_wheel(dist_info="nvidia_cudnn_frontend-1.31.0.dist-info"))
+    resp = post(server, wheel_with(dist_info="nvidia_cudnn_frontend-1.31.0.dist-info"))
     assert_refused(server, resp, 422, "not_a_wheel", "dist_info")
 
 
 def test_unknown_wheel_version(server: Server) -> None:
-    resp = post(server, make_wheel(wheel=b"Wheel-Version: 2.0\n"))
+    resp = post(server, wheel_with(wheel=b"Wheel-Version: 2.0\n"))
     error = assert_refused(server, resp, 422, "not_a_wheel", "wheel_version")
     assert "Wheel-Version 2.0" in error["message"]
 
 
 def test_metadata_version_differs_from_file_name(server: Server) -> None:
     meta = METADATA.replace(b"1.32.0", b"1.31.0")
-    resp = post(server, make_wheel(metadata=meta))
+    resp = post(server, wheel_with(metadata=meta))
     error = assert_refused(server, resp, 422, "not_a_wheel", "metadata_version")
     assert error["message"] == "METADATA says version '1.31.0' but the file name says 1.32.0"
 
@@ -253,7 +251,7 @@ def test_metadata_version_differs_from_file_name(server: Server) -> None:
 
 
 def test_file_name_of_another_distribution(server: Server) -> None:
-    resp = post(server, make_wheel(), filename="foo-1.32.0-py3-none-any.whl")
+    resp = post(server, wheel_with(), filename="foo-1.32.0-py3-none-any.whl")
     error = assert_refused(server, resp, 422, "wrong_distribution", "distribution")
     assert error["message"] == (
         "the file name names distribution 'foo', expected nvidia-cudnn-frontend"
@@ -262,14 +260,14 @@ def test_file_name_of_another_distribution(server: Server) -> None:
 
 def test_metadata_of_another_distribution(server: Server) -> None:
     meta = METADATA.replace(b"Name: nvidia-cudnn-frontend", b"Name: foo")
-    resp = post(server, make_wheel(metadata=meta))
+    resp = post(server, wheel_with(metadata=meta))
     error = assert_refused(server, resp, 422, "wrong_distribution", "metadata_name")
     assert error["message"] == "METADATA names distribution 'foo', expected nvidia-cudnn-frontend"
 
 
 def test_metadata_name_is_compared_normalized(server: Server) -> None:
     meta = METADATA.replace(b"nvidia-cudnn-frontend", b"NVIDIA_cuDNN.Frontend")
-    resp = post(server, make_wheel(metadata=meta))
+    resp = post(server, wheel_with(metadata=meta))
     assert resp.status_code == 200, resp.text
 
 
@@ -284,7 +282,7 @@ def test_metadata_name_is_compared_normalized(server: Server) -> None:
     ],
 )
 def test_non_pep427_file_name(server: Server, filename: str, says: str) -> None:
-    resp = post(server, make_wheel(), filename=filename)
+    resp = post(server, wheel_with(), filename=filename)
     error = assert_refused(server, resp, 422, "bad_wheel_filename", "filename")
     assert says in error["message"]
 
@@ -315,13 +313,13 @@ def test_bad_file_name_is_refused_before_the_data_is_read(server: Server) -> Non
     ],
 )
 def test_unsafe_member_name(server: Server, member: str, says: str) -> None:
-    resp = post(server, make_wheel({member: b"payload\n"}))
+    resp = post(server, wheel_with({member: b"payload\n"}))
     error = assert_refused(server, resp, 422, "unsafe_wheel", "member_name")
     assert error["message"] == says
 
 
 def test_duplicate_member(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a") as zf, pytest.warns(UserWarning, match="Duplicate name"):
         zf.writestr("cudnn/__init__.py", b"import os\n")
     resp = post(server, buf.getvalue())
@@ -330,7 +328,7 @@ def test_duplicate_member(server: Server) -> None:
 
 
 def test_symlink_member(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a") as zf:
         info = zipfile.ZipInfo("cudnn/link")
         info.external_attr = (stat.S_IFLNK | 0o777) << 16
@@ -351,7 +349,7 @@ def _zeros_member(zf: zipfile.ZipFile, name: str, size: int) -> None:
 
 
 def test_decompression_bomb_is_refused_by_its_ratio(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_DEFLATED) as zf:
         _zeros_member(zf, "cudnn/bomb.bin", 400 * MiB)
     data = buf.getvalue()
@@ -362,7 +360,7 @@ def test_decompression_bomb_is_refused_by_its_ratio(server: Server) -> None:
 
 
 def test_many_small_compressible_members_are_refused_by_the_total_ratio(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_DEFLATED) as zf:
         for i in range(300):  # each under the per-member floor, 18.75 MiB in all
             _zeros_member(zf, f"cudnn/pad{i}.bin", 64 * 1024)
@@ -372,7 +370,7 @@ def test_many_small_compressible_members_are_refused_by_the_total_ratio(server: 
 
 
 def test_total_unpacked_size_is_capped(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_STORED) as zf:
         zf.writestr("cudnn/blob.bin", os.urandom(2 * MiB))  # incompressible: ratio 1
     resp = post(server, buf.getvalue(), max_unpacked=MiB)
@@ -381,7 +379,7 @@ def test_total_unpacked_size_is_capped(server: Server) -> None:
 
 
 def test_member_count_is_capped(server: Server) -> None:
-    buf = io.BytesIO(make_wheel())
+    buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_STORED) as zf:
         for i in range(uploads.MAX_MEMBERS):
             zf.writestr(f"cudnn/e{i}", b"")
@@ -447,7 +445,7 @@ def test_no_wheel_field(server: Server) -> None:
     resp = httpx.post(
         server.url,
         data={"notes": "hello"},
-        files={"file": (NAME, make_wheel(), "application/octet-stream")},
+        files={"file": (NAME, wheel_with(), "application/octet-stream")},
         timeout=60,
     )
     error = assert_refused(server, resp, 422, "missing_wheel")
@@ -455,7 +453,7 @@ def test_no_wheel_field(server: Server) -> None:
 
 
 def test_two_wheel_fields(server: Server) -> None:
-    wheel = (NAME, make_wheel(), "application/octet-stream")
+    wheel = (NAME, wheel_with(), "application/octet-stream")
     resp = httpx.post(server.url, files=[("wheel", wheel), ("wheel", wheel)], timeout=60)
     error = assert_refused(server, resp, 400, "bad_request")
     assert "more than one 'wheel' field" in error["message"]
@@ -468,12 +466,12 @@ def test_wheel_field_without_file_name(server: Server) -> None:
 
 
 def test_not_multipart(server: Server) -> None:
-    resp = httpx.post(server.url, content=make_wheel(), headers={"content-type": "application/zip"})
+    resp = httpx.post(server.url, content=wheel_with(), headers={"content-type": "application/zip"})
     assert_refused(server, resp, 400, "bad_request")
 
 
 def test_body_without_closing_boundary(server: Server) -> None:
-    body = multipart_head("b0undary") + make_wheel()  # no "\r\n--b0undary--"
+    body = multipart_head("b0undary") + wheel_with()  # no "\r\n--b0undary--"
     resp = httpx.post(
         server.url,
         content=body,
@@ -515,7 +513,7 @@ def test_client_disconnect_mid_stream_leaves_nothing(
 
 
 def test_discard_removes_only_a_blob_this_upload_created(server: Server) -> None:
-    first = post(server, make_wheel()).json()
+    first = post(server, wheel_with()).json()
     stored = uploads.StoredWheel(**{**first, "path": Path(first["path"])})
     reused = uploads.StoredWheel(**{**first, "path": Path(first["path"]), "created": False})
     uploads.discard(reused)

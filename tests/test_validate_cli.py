@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.wheels import candidate_env, registry_wheel
+from testkit.registry import candidate_env, registry_wheel
+from testkit.service import ROOT
 
 
 def fe_ci(
@@ -62,7 +62,7 @@ def test_validate_installs_probes_and_reports(tmp_path: Path) -> None:
 
 
 def test_a_relabelled_wheel_fails_on_the_ledger(tmp_path: Path) -> None:
-    from tests.relabel import relabel_wheel
+    from testkit.registry import relabel_wheel
 
     liar = relabel_wheel(registry_wheel("1.27.0"), "1.28.0", tmp_path / "w")
     out = tmp_path / "r.json"

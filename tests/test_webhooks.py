@@ -3,54 +3,14 @@ sign and send the deliveries GitHub would send, in both of its content types."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
-from urllib.parse import urlencode
 
 import httpx
 import pytest
 
-from tests.conftest import WEBHOOK, Service
-
-AFTER = "a" * 40
-
-
-def push(ref: str = "refs/heads/develop", after: str = AFTER, **extra: object) -> dict[str, object]:
-    return {
-        "ref": ref,
-        "after": after,
-        "before": "b" * 40,
-        "deleted": False,
-        "repository": {"clone_url": "https://evil.example/not-this.git"},
-        "head_commit": {"id": after, "message": "Add <deterministic> knob"},
-        "pusher": {"name": "dev"},
-        **extra,
-    }
-
-
-def send(
-    svc: Service,
-    payload: object,
-    *,
-    event: str = "push",
-    delivery: str = "d-1",
-    form: bool = False,
-    secret: str | None = WEBHOOK,
-) -> httpx.Response:
-    if form:
-        body = urlencode({"payload": json.dumps(payload)}).encode()
-        ctype = "application/x-www-form-urlencoded"
-    else:
-        body = json.dumps(payload).encode()
-        ctype = "application/json"
-    headers = {"Content-Type": ctype, "X-GitHub-Event": event, "X-GitHub-Delivery": delivery}
-    if secret is not None:
-        headers["X-Hub-Signature-256"] = (
-            "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        )
-    return httpx.post(f"{svc.url}/api/webhooks/github", content=body, headers=headers)
+from testkit.service import Service
+from tests.helpers import AFTER, push, register, send
 
 
 def builds(svc: Service) -> list[dict]:
@@ -171,8 +131,6 @@ def test_commit_statuses_go_to_the_configured_api(make_service) -> None:  # type
     assert body["state"] == "pending" and auth == "Bearer gh-token-for-tests"
     assert body["target_url"] == f"https://ci.example.org/builds/{build_id}"
     # a builder fails to build it: the status follows the verdict (fail -> failure)
-    from tests.test_protocol import register
-
     builder = register(svc, "b", builder="1")
     lease = builder.post("/api/jobs/claim", json={}).json()
     assert lease["kind"] == "build" and lease["commit"] == AFTER

@@ -19,8 +19,8 @@ import pytest
 
 from runner import envs, layers, pipeline, sandbox, zygotes
 from runner.wire import Stage, Status
-from tests.test_sandbox import _alive
-from tests.wheels import registry_wheel
+from testkit.registry import registry_wheel
+from tests.helpers import alive
 
 pytestmark = pytest.mark.slow  # builds a real dependency layer
 
@@ -113,9 +113,9 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     assert hang is not None and hang.status == "timeout", hang
     grandchild = int(hang.log_tail.split("grandchild ")[1].split()[0])
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(grandchild), "the stage's child outlived the timeout"
+    assert not alive(grandchild), "the stage's child outlived the timeout"
     crash = _run(
         z,
         tmp_path,
@@ -188,10 +188,10 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
     runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
     assert runner.stdout is not None
     zygote_pid = int(runner.stdout.readline())
-    assert _alive(zygote_pid)
+    assert alive(zygote_pid)
     runner.kill()
     runner.wait()
     deadline = time.monotonic() + 10
-    while _alive(zygote_pid) and time.monotonic() < deadline:
+    while alive(zygote_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(zygote_pid), "the zygote outlived its runner"
+    assert not alive(zygote_pid), "the zygote outlived its runner"

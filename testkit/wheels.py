@@ -1,0 +1,100 @@
+"""Constructed wheels of ``nvidia-cudnn-frontend``: real, installable zip files whose ``cudnn``
+package does what a test or a benchmark needs (hang, crash, sleep, be large, be malformed).
+
+One factory: ``wheel_bytes`` builds the archive from its members, ``make_wheel`` writes an
+installable one (with a RECORD), ``make_big_wheel`` streams a large one to disk. The registry's
+real wheels and their environments are in ``testkit.registry``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+DIST = "nvidia_cudnn_frontend"
+WHEEL_FILE = (
+    b"Wheel-Version: 1.0\nGenerator: fe-ci-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+)
+
+
+def wheel_name(version: str) -> str:
+    return f"{DIST}-{version}-py3-none-any.whl"
+
+
+def dist_info(version: str) -> str:
+    return f"{DIST}-{version}.dist-info"
+
+
+def metadata(version: str, name: str = "nvidia-cudnn-frontend") -> bytes:
+    return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def wheel_bytes(members: Mapping[str, bytes], *, record: str | None = None) -> bytes:
+    """A zip of ``members``; with ``record`` (a ``.dist-info`` dir) a RECORD of them too."""
+    files = dict(members)
+    if record is not None:
+        lines = [record_line(n, d) for n, d in files.items()] + [f"{record}/RECORD,,"]
+        files[f"{record}/RECORD"] = ("\n".join(lines) + "\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def frontend_members(version: str, init_py: str) -> dict[str, bytes]:
+    """The members of a minimal frontend wheel: ``cudnn/__init__.py``, METADATA and WHEEL."""
+    info = dist_info(version)
+    return {
+        "cudnn/__init__.py": init_py.encode(),
+        f"{info}/METADATA": metadata(version),
+        f"{info}/WHEEL": WHEEL_FILE,
+    }
+
+
+def make_wheel(dest_dir: Path, version: str, init_py: str) -> Path:
+    """An installable frontend wheel of ``version`` in ``dest_dir``; ``cudnn`` is ``init_py``."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / wheel_name(version)
+    path.write_bytes(wheel_bytes(frontend_members(version, init_py), record=dist_info(version)))
+    return path
+
+
+def make_big_wheel(dest_dir: Path, size_mb: int, version: str = "9.9.0") -> Path:
+    """A wheel that passes the service's checks, ``size_mb`` large (one incompressible stored
+    member), written in 1 MiB chunks so it is never held in memory."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / wheel_name(version)
+    members = frontend_members(version, "")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("cudnn/__init__.py", members.pop("cudnn/__init__.py"))
+        with zf.open("cudnn/payload.bin", "w", force_zip64=True) as fh:
+            for _ in range(size_mb):
+                fh.write(os.urandom(1 << 20))
+        for name, data in members.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{dist_info(version)}/RECORD", "")
+    return path
+
+
+HANG = "import time\ntime.sleep(3600)\n"
+SEGFAULT = (
+    "import ctypes, sys\n"
+    "print('cudnn: about to crash', file=sys.stderr, flush=True)\n"
+    "ctypes.string_at(0)\n"
+)
+
+
+def sleepy(seconds: float) -> str:
+    """A candidate whose import takes ``seconds``: long enough to act on a runner mid-job."""
+    return f"import time\ntime.sleep({seconds})\n"
