@@ -82,7 +82,9 @@ class Seeder:
     @classmethod
     def for_engine(cls, engine: Engine) -> Seeder:
         with engine.connect() as conn:
-            start = {m: (conn.scalar(select(func.max(m.id))) or 0) + 1 for m in ORDER}
+            start: dict[type, int] = {
+                m: (conn.scalar(select(func.max(m.id))) or 0) + 1 for m in ORDER
+            }
         return cls(next_id=start)
 
     def add(self, model: type, **values: Any) -> int:
@@ -95,7 +97,7 @@ class Seeder:
         with engine.begin() as conn:
             for model in ORDER:
                 if self.rows.get(model):
-                    conn.execute(insert(model), self.rows[model])  # type: ignore[call-overload]
+                    conn.execute(insert(model), self.rows[model])
         self.rows = {}
 
 

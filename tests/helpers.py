@@ -67,6 +67,22 @@ def wait_for(
     raise AssertionError(f"timed out waiting on build {build_id}: {r}")
 
 
+def processes_in(path: Path) -> list[int]:
+    """The processes whose working directory is in ``path`` (a test's own tmp dir): a stage
+    runs in its job's directory, so this finds a test's leftovers and not another's."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        if cwd == str(path) or cwd.startswith(f"{path}/"):
+            found.append(int(proc.name))
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -9,11 +9,16 @@ from pathlib import Path
 
 from testkit.service import Service
 from testkit.wheels import HANG, SEGFAULT, make_wheel
-from tests.helpers import submit_wheel, wait_for
+from tests.helpers import processes_in, submit_wheel, wait_for
 
 
 def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
     return svc.start_runner(tmp_path / "runner.log", *args, FE_CI_RUNNER_NAME="r1", **env)
+
+
+def jobs_dir(svc: Service) -> Path:
+    """Where the runner started by ``start_runner`` runs each job (its cache dir's jobs/)."""
+    return Path(svc.runner_env()["FE_CI_CACHE_DIR"]) / "jobs"
 
 
 def stage(r: dict, name: str) -> dict:
@@ -26,7 +31,8 @@ def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
     svc: Service = make_service()
     hang = submit_wheel(svc, make_wheel(tmp_path / "w1", "9.0.1", HANG))
     crash = submit_wheel(svc, make_wheel(tmp_path / "w2", "9.0.2", SEGFAULT))
-    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="4")
+    # long enough for the crashing import to crash on a loaded machine; the hang outlives it
+    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="20")
     try:
         r1 = wait_for(svc, hang, lambda r: r["status"] == "finished")
         r2 = wait_for(svc, crash, lambda r: r["status"] == "finished")
@@ -34,15 +40,14 @@ def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)
     probe = stage(r1, "probe")
-    assert probe["status"] == "timeout" and "killed after" in probe["reason"]
+    assert probe["status"] == "timeout" and "killed after" in probe["reason"], probe
     assert r1["verdict"] == "error"
     probe = stage(r2, "probe")
-    assert probe["status"] == "crashed" and "SIGSEGV" in probe["reason"]
+    assert probe["status"] == "crashed" and "SIGSEGV" in probe["reason"], probe
     assert "about to crash" in probe["log_tail"]
     assert r2["verdict"] == "error"
-    # nothing of the hung stage survives: no process still runs the candidate's import
-    left = subprocess.run(["pgrep", "-f", "runner.inside.probe"], capture_output=True, text=True)
-    assert left.stdout.strip() == ""
+    # nothing of the hung stage survives: no process still runs in this test's job directories
+    assert processes_in(jobs_dir(svc)) == []
 
 
 def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -62,9 +67,7 @@ def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  
         assert r["verdict"] == "cancelled"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if subprocess.run(
-                ["pgrep", "-f", "runner.inside.probe"], capture_output=True
-            ).returncode:
+            if not processes_in(jobs_dir(svc)):
                 break
             time.sleep(0.3)
         else:
@@ -84,9 +87,12 @@ def test_an_idle_runner_claims_again_as_soon_as_a_long_poll_ends_empty(
     svc: Service = make_service()
     runner = start_runner(svc, tmp_path, FE_CI_CLAIM_WAIT_S="1", FE_CI_POLL_INTERVAL_S="60")
     try:
-        time.sleep(4)
-        log = (tmp_path / "runner.log").read_text()
-        assert log.count("/api/jobs/claim") >= 3, log  # held polls, back to back
+        # three held polls, back to back: seconds apart, where pausing between them would take
+        # two poll intervals (120 s); the bound leaves room for a slow start on a loaded machine
+        deadline = time.monotonic() + 60
+        while (log := (tmp_path / "runner.log").read_text()).count("/api/jobs/claim") < 3:
+            assert time.monotonic() < deadline, log
+            time.sleep(0.2)
         build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", "VALUE = 1\n"))
         r = wait_for(svc, build, lambda r: r["jobs"][0]["status"] != "queued", timeout=30)
     finally:
