@@ -19,6 +19,13 @@ StartService = Callable[..., Service]
 __all__ = ["REGISTER", "ROOT", "SUBMIT", "WEBHOOK", "Service", "base_env", "free_port"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked ``slow`` first: a parallel run hands out whole modules in this order, so
+    the longest start first and the short ones fill the gaps instead of waiting behind them."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: a module's tests stay together
+
+
 @pytest.fixture
 def make_service(tmp_path: Path) -> Iterator[StartService]:
     """``make_service(**env)`` starts a real service; all are stopped at the end of the test."""

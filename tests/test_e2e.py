@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from testkit.service import ROOT, Service
 from tests.helpers import submit_wheel
+
+pytestmark = pytest.mark.slow  # the runner installs the registry wheel into a fresh layer
 
 
 def run_runner_once(

@@ -15,7 +15,11 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from testkit.service import ROOT, free_port
+
+pytestmark = pytest.mark.slow  # sets up a fresh .venv and installs a registry wheel
 
 
 def fresh_copy(dest: Path) -> Path:
