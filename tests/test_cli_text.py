@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Service
+from testkit.service import ROOT, Service
 
 EXIT_BAD_INPUT = 4
 

@@ -11,7 +11,7 @@ import pytest
 
 from runner import compile_cache, pipeline, sandbox
 from runner.wire import Stage
-from tests.fakewheels import make_wheel
+from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import Service
-from tests.test_protocol import register, report, submit_wheel
-from tests.wheels import registry_wheel
+from testkit.registry import registry_wheel
+from testkit.service import Service
+from tests.helpers import register, report, submit_wheel
 
 DSRELU = "grouped_gemm_dsrelu"
 DGLU = "grouped_gemm_dglu"

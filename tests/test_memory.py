@@ -19,9 +19,9 @@ from runner import cli, memory
 from runner.inside import determinism
 from runner.inside.comparable import ComparableKey, ConfigKey, normalize_backend
 from runner.wire import BuildReport, JobLease
-from tests.conftest import Service
+from testkit.service import Service
 from tests.fakesubjects import FakeSubject, Reduction, floats, integers
-from tests.test_protocol import register, report, submit_wheel
+from tests.helpers import register, report, submit_wheel
 
 H200 = {"gpu": "NVIDIA H200", "cudnn_backend": "9.19.0"}
 

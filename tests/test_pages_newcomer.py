@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from service.db import make_engine
-from tests.conftest import Service, base_env
-from tests.dashboard_data import seed_all
+from testkit.dashboard_data import seed_all
+from testkit.service import Service, service_env
 
 CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 
@@ -23,7 +23,7 @@ CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     data = tmp_path_factory.mktemp("pages") / "data"
-    svc = Service(data_dir=data, env=base_env(data)).start()
+    svc = Service(data_dir=data, env=service_env(data)).start()
     engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
     try:
         seed_all(engine)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 
 from service.reports import REPORT_REVISION
-from tests.conftest import Service
-from tests.test_protocol import register, stage_body, submit_wheel
+from testkit.service import Service
+from tests.helpers import register, stage_body, submit_wheel
 
 
 def _finish_cpu_job(runner: httpx.Client) -> None:

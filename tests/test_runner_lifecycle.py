@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ROOT, Service
+from testkit.service import ROOT, Service
 
 
 def runner_state(svc: Service, name: str) -> str:

@@ -10,7 +10,7 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from tests.conftest import ROOT
+from testkit.service import ROOT
 
 
 def test_install_puts_numpy_beside_torch_so_torch_imports_without_a_warning(

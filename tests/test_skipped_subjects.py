@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from runner.inside.registry import SUBJECTS
-from tests.conftest import REGISTER, Service
-from tests.fakewheels import make_wheel
+from testkit.service import REGISTER, Service
+from testkit.wheels import make_wheel
 
 CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 PRESENT = ("flex_attention_bwd", "grouped_gemm_dglu", "grouped_gemm_dsrelu")
@@ -55,10 +55,10 @@ def _cpu_only_build(svc: Service, tmp_path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, int, dict]]:
-    from tests.conftest import base_env
+    from testkit.service import service_env
 
     root = tmp_path_factory.mktemp("skipped")
-    svc = Service(data_dir=root / "data", env=base_env(root / "data")).start()
+    svc = Service(data_dir=root / "data", env=service_env(root / "data")).start()
     try:
         build_id = _cpu_only_build(svc, root)
         report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
