@@ -5,8 +5,8 @@ standard library and the candidate ``cudnn`` only; it needs no GPU and no libcud
 subject of the registry it reports whether the entry point imports, whether the knob exists, its
 default (as a repr string) and which method answered: ``signature`` (``inspect.signature``) or
 ``docstring`` (the first line of a compiled pybind11 method's ``__doc__``). It also detects every
-feature of ``ledger.json``, so the runner can compare what the build has with what its version
-claims. Problems are findings, never a crash.
+feature of the registry, so the runner can compare what the build has with what its version
+claims (``ledger.json``). Problems are findings, never a crash.
 
 An entry point the build does not have at all (a module or attribute that does not exist in this
 release) is ``not_applicable``; one the build has but that fails to import (a missing dependency,
@@ -18,17 +18,14 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
-import json
 import platform
 import re
-from pathlib import Path
 from typing import Any
 
 from runner.inside import _io
-from runner.inside.registry import SUBJECTS, Subject
+from runner.inside.registry import FEATURES, SUBJECTS, Feature, Subject
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
-LEDGER_PATH = Path(__file__).with_name("ledger.json")
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
 
@@ -203,12 +200,6 @@ def read_parameters(obj: Any, prefer: str) -> tuple[dict[str, str | None] | None
     return None, None
 
 
-def load_ledger(path: Path = LEDGER_PATH) -> list[dict[str, Any]]:
-    with open(path) as fh:
-        features: list[dict[str, Any]] = json.load(fh)["features"]
-    return features
-
-
 def _first_entry_point(paths: list[str]) -> tuple[str, Any]:
     """The first entry point this build has; Absent only when it has none of them."""
     absent: Absent | None = None
@@ -221,7 +212,7 @@ def _first_entry_point(paths: list[str]) -> tuple[str, Any]:
     raise absent
 
 
-def probe_subject(subject: Subject, alternates: list[str]) -> dict[str, Any]:
+def probe_subject(subject: Subject) -> dict[str, Any]:
     """Capability, check, findings and unread notes for one subject."""
     knob = subject.knob
     check = f"{subject.name}.{knob}"
@@ -236,7 +227,7 @@ def probe_subject(subject: Subject, alternates: list[str]) -> dict[str, Any]:
     }
     out: dict[str, Any] = {"capability": cap, "findings": [], "unread": []}
     try:
-        entry, obj = _first_entry_point([subject.entry_point, *alternates])
+        entry, obj = _first_entry_point(list(subject.entry_points))
     except Absent as exc:
         cap["error"] = describe(exc.cause)
         out["check"] = _check(check, "not_applicable", f"{subject.name}: {exc}")
@@ -297,16 +288,16 @@ def _failed(exc: ImportFailed) -> str:
     return f"{exc.name} is in this build but failed to import ({describe(exc.cause)})"
 
 
-def detect_feature(feature: dict[str, Any]) -> tuple[bool | None, str | None]:
+def detect_feature(feature: Feature) -> tuple[bool | None, str | None]:
     """(True/False/None, why it could not be read); None means unknown, never 'absent'."""
-    fid = feature["id"]
+    fid = feature.id
     try:
-        entry, obj = _first_entry_point(list(feature["entry_points"]))
+        entry, obj = _first_entry_point(list(feature.entry_points))
     except Absent:
         return False, None
     except ImportFailed as exc:
         return None, f"feature {fid}: {exc}"
-    detect = feature["detect"]
+    detect = feature.detect
     if detect["method"] == "parameter":
         params, _ = read_parameters(obj, detect.get("read", "signature"))
         if params is None:
@@ -376,7 +367,6 @@ def probe(params: dict[str, Any]) -> dict[str, Any]:
             "checks": [],
             "findings": [],
         }
-    ledger = load_ledger(Path(params["ledger"]) if params.get("ledger") else LEDGER_PATH)
     unread: list[str] = [f"torch: {torch_missing}"] if torch_missing else []
     version = _dist_version(DISTRIBUTION)
     if version is None:
@@ -395,24 +385,17 @@ def probe(params: dict[str, Any]) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
     for subject in SUBJECTS.values():
-        alternates = [
-            ep
-            for f in ledger
-            if f["subject"] == subject.name and f["detect"].get("parameter") == subject.knob
-            for ep in f["entry_points"]
-            if ep != subject.entry_point
-        ]
-        got = probe_subject(subject, alternates)
+        got = probe_subject(subject)
         capabilities[subject.name] = got["capability"]
         checks.append(got["check"])
         findings.extend(got["findings"])
         unread.extend(got["unread"])
-    features: dict[str, bool | None] = {f["id"]: None for f in ledger}
+    features: dict[str, bool | None] = {f.id: None for f in FEATURES}
     if cudnn is None:
         unread.append("features: none detected, the cudnn package did not import")
     else:
-        for feature in ledger:
-            features[feature["id"]], why = detect_feature(feature)
+        for feature in FEATURES:
+            features[feature.id], why = detect_feature(feature)
             if why:
                 unread.append(why)
     env, env_unread = environment(cudnn)
