@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -513,7 +512,7 @@ def _environment(device: torch.device | None) -> dict[str, Any]:
 
 
 # Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.
-COMPILE_ONLY = ("grouped_gemm_dsrelu", "grouped_gemm_dglu")
+COMPILE_ONLY = tuple(name for name, s in SUBJECTS.items() if s.compile_only)
 
 
 def compile_only(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
@@ -645,10 +644,9 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
             continue
         assert device is not None
         try:
-            module = importlib.import_module(f"runner.inside.subjects.{name}")
             start = starts.get(name) or {}
             outcome = measure_subject(
-                module.SUBJECT,
+                subject.load(),
                 device,
                 settings,
                 start_config=start.get("config"),

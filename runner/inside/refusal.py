@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
-from runner.inside import consumer
+from runner.inside import consumer, registry
 from runner.inside._io import run_stage
 
-ACTIVATIONS: tuple[str, ...] = ("srelu", "swiglu")
-SUBJECT_OF: dict[str, str] = {"srelu": "grouped_gemm_dsrelu", "swiglu": "grouped_gemm_dglu"}
+ACTIVATIONS: tuple[str, ...] = tuple(consumer.WRAPPERS)
+SUBJECT_OF: dict[str, str] = {a: w.subject for a, w in consumer.WRAPPERS.items()}
 # request -> (value of the variable, or None for unset; torch deterministic flag)
 REQUESTS: dict[str, tuple[str | None, bool]] = {
     "none": (None, False),
@@ -300,7 +300,7 @@ class TEGate:
 
 
 _TE_MODULE = "transformer_engine.pytorch.ops.fused.grouped_mlp"
-_TE_CLASSES = {"srelu": "GroupedMLP_CuTeGEMMUnary", "swiglu": "GroupedMLP_CuTeGEMMGLU"}
+_TE_CLASSES = {a: s.consumer_class for a, s in registry.consumer_subjects().items()}
 
 
 def load_te_gate() -> tuple[TEGate | None, str]:

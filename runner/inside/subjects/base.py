@@ -226,7 +226,9 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     import re
     import time
 
-    module = importlib.import_module(f"runner.inside.subjects.{params['subject']}")
+    from runner.inside.registry import SUBJECTS
+
+    module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}
     config = configs[params.get("config") or module.SUBJECT.configs[1].name]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
