@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import compare, compile_cache, envs, layers, ledger, sandbox
 from runner.config import RunnerSettings
+from runner.inside import registry
 from runner.wire import (
     STAGE_ORDER,
     Capability,
@@ -209,6 +210,8 @@ class Pipeline:
             path.mkdir(parents=True, exist_ok=True)
             sandbox.hand_over(path)
         sandbox.make_reachable(self.python)  # an environment outside the work dir, too
+        if extra := os.environ.get(registry.EXTRA_SUBJECTS_ENV):  # a registry extension, too
+            sandbox.make_reachable(Path(extra))
         if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
             sandbox.make_reachable(torch.site_dir)
         env = candidate_environ(
