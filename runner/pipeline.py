@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runner import compare, compile_cache, envs, layers, ledger, sandbox
 from runner.config import RunnerSettings
-from runner.inside import registry
+from runner.inside import documents, registry
 from runner.wire import (
     STAGE_ORDER,
     Capability,
@@ -144,6 +144,18 @@ def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageR
     return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
 
 
+def _read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
+    """The stage's document and "", or {} and why it is refused: it is the candidate's output."""
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {}, f"not JSON ({exc})"
+    found = documents.problems(stage.value, doc)
+    if found:
+        return {}, "; ".join(found)
+    return doc, ""
+
+
 def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
     return StageResult(
         name=Stage.install,
@@ -252,7 +264,15 @@ class Pipeline:
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return _failed_stage(stage, outcome)
-        doc = json.loads(out_path.read_text())
+        doc, why = _read_doc(stage, out_path)
+        if why:
+            return StageResult(
+                name=stage,
+                status=Status.error,
+                reason=f"the {stage} stage wrote a document the runner does not accept: {why}",
+                duration_s=outcome.duration_s,
+                log_tail=outcome.log_tail,
+            )
         self._extra[stage] = doc
         result = _stage_from_doc(stage, doc, outcome.duration_s)
         if result.status in (Status.error,) and not result.log_tail:

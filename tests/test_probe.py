@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from runner import compare, ledger
+from runner.inside import documents
 from runner.inside import probe as probe_mod
 from runner.wire import Capability, Severity, Stage, StageResult, Status
 from tests.relabel import relabel_wheel, relabelled_env
@@ -45,6 +46,7 @@ def run_probe(python: Path, out_dir: Path, extra_path: Path | None = None) -> di
     doc: dict[str, Any] = json.loads(out.read_text())
     assert doc["status"] == "pass", doc
     StageResult.model_validate({"name": Stage.probe, **doc})  # the shape the runner reads
+    assert documents.problems("probe", doc) == []
     return doc
 
 
