@@ -112,6 +112,7 @@ class DeterminismDoc(StageDoc):
     negative_control: bool
     family: str | None
     compile_cache: dict[str, Any]
+    start_configs: dict[str, Any]
     environment: dict[str, Any]
 
 

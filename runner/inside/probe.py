@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from runner.inside import _io
+from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
 from runner.inside.registry import FEATURES, SUBJECTS, Feature, Subject
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
@@ -337,11 +338,11 @@ def environment(cudnn: Any | None) -> tuple[dict[str, Any], list[str]]:
     return env, unread
 
 
-def _check(name: str, status: str, detail: str, metrics: dict[str, Any] | None = None) -> dict:
+def _check(name: str, status: str, detail: str, metrics: dict[str, Any] | None = None) -> CheckDoc:
     return {"name": name, "status": status, "detail": detail, "metrics": metrics or {}}
 
 
-def _finding(kind: str, severity: str, subject: str | None, message: str) -> dict[str, Any]:
+def _finding(kind: str, severity: str, subject: str | None, message: str) -> FindingDoc:
     return {"kind": kind, "severity": severity, "subject": subject, "message": message}
 
 
@@ -355,7 +356,7 @@ def _torch_unimportable() -> str | None:
     return None
 
 
-def probe(params: dict[str, Any]) -> dict[str, Any]:
+def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
     # The runner says when the environment is one it made to reuse the host's torch; elsewhere (a
     # bare interpreter given to --preinstalled) torch may be absent and the probe reports the rest.
     torch_missing = _torch_unimportable()
@@ -382,8 +383,8 @@ def probe(params: dict[str, Any]) -> dict[str, Any]:
     if unread_cudnn:
         unread.append(unread_cudnn)
     capabilities: dict[str, Any] = {}
-    checks: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
+    checks: list[CheckDoc] = []
+    findings: list[FindingDoc] = []
     for subject in SUBJECTS.values():
         got = probe_subject(subject)
         capabilities[subject.name] = got["capability"]
