@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -43,15 +44,22 @@ T = TypeVar("T")
 _STAGE_INDEX = {s: i for i, s in enumerate(Stage)}
 
 
-def build_status(build: Build) -> BuildStatus:
-    if build.cancelled_at is not None:
+def status_of(*, cancelled: bool, job_states: Iterable[str]) -> BuildStatus:
+    """A build's status from whether it was cancelled and its jobs' states: the one rule."""
+    if cancelled:
         return BuildStatus.cancelled
-    states = {j.state for j in build.jobs}
+    states = set(job_states)
     if states and states <= {JobState.finished, JobState.cancelled}:
         return BuildStatus.finished
-    if states & {JobState.leased} or any(j.state == JobState.finished for j in build.jobs):
+    if states & {JobState.leased, JobState.finished}:
         return BuildStatus.running
     return BuildStatus.queued
+
+
+def build_status(build: Build) -> BuildStatus:
+    return status_of(
+        cancelled=build.cancelled_at is not None, job_states=(j.state for j in build.jobs)
+    )
 
 
 def _stage_result(row: StageRow) -> StageResult:

@@ -19,13 +19,13 @@ from runner.wire import STAGE_ORDER, Stage
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
 from service.queue import alive_families
+from service.report import status_of
 from service.web.cells import (
     CapView,
     Cell,
     CheckView,
     JobView,
     StageView,
-    build_status,
     stage_cells,
     subject_cell,
     verdict_cell,
@@ -236,7 +236,7 @@ def grid_row(
         message=build.message,
         submitted_by=build.submitted_by,
         created_at=build.created_at,
-        status=build_status(cancelled, jobs).value,
+        status=status_of(cancelled=cancelled, job_states=(j.state for j in jobs)).value,
         verdict=verdict_cell(build.verdict, build.verdict_reason, jobs),
         stages={
             s.value: stage_cells(
