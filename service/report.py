@@ -77,8 +77,12 @@ def _stage_result(row: StageRow) -> StageResult:
     )
 
 
-def _capabilities(rows: list[CapabilityRow]) -> dict[str, Capability]:
-    """One view per subject across jobs: a job that read the knob wins over one that could not."""
+def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
+    """One view per subject across jobs: a job that read the knob wins over one that could not.
+
+    The build's capabilities in its report, and what the next build of its line is compared
+    with (``lines.py``), as ``fe-ci validate --previous REPORT.json`` compares with the report's.
+    """
     out: dict[str, Capability] = {}
     for row in rows:
         cap = Capability(
@@ -139,7 +143,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         created_at=build.created_at,
         status=build_status(build),
         verdict=Verdict.pending,
-        capabilities=_capabilities(caps),
+        capabilities=merge_capabilities(caps),
         findings=once_per_build(findings),
         jobs=job_reports,
         drift=[
