@@ -93,6 +93,27 @@ class Options:
     skip_reason: str = "not selected by --stages"
     report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
 
+    @classmethod
+    def from_settings(
+        cls, s: RunnerSettings, *, stages: list[Stage], work_dir: Path, **run: Any
+    ) -> Options:
+        """What the runner's settings decide, for the agent and ``fe-ci validate`` alike; ``run``
+        holds what this one run decides (its family, GPU, previous report, ...)."""
+        return cls(
+            stages=stages,
+            work_dir=work_dir,
+            index_url=s.index_url,
+            wheelhouse=s.wheelhouse,
+            stage_timeout_s=s.stage_timeout_s,
+            install_timeout_s=s.install_timeout_s,
+            repeats=s.repeats,
+            max_repeats=s.max_repeats,
+            luck_target=s.luck_target,
+            control_share=s.control_share,
+            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            **run,
+        )
+
 
 @dataclass
 class Result:
