@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from runner.inside.registry import SUBJECTS
 from runner.wire import STAGE_ORDER, Stage
+from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
 from service.queue import alive_families
@@ -76,21 +76,6 @@ class GridRow:
 class GridPage:
     rows: list[GridRow]
     next_cursor: int | None
-
-
-def filtered_builds(
-    *, cursor: int | None, source: str | None, branch: str | None, verdict: str | None
-) -> Select[Any]:
-    stmt: Select[Any] = select(Build).order_by(Build.id.desc())
-    if cursor is not None:
-        stmt = stmt.where(Build.id < cursor)
-    if source:
-        stmt = stmt.where(Build.source == source)
-    if branch:
-        stmt = stmt.where(Build.branch == branch)
-    if verdict:
-        stmt = stmt.where(Build.verdict == verdict)
-    return stmt
 
 
 def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]]:
