@@ -13,28 +13,33 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import ROOT, base_env
 
 TOY = Path(__file__).with_name("toy_subject")
 
 
-def _extension(tmp_path: Path) -> Path:
+@pytest.fixture
+def extension() -> Iterator[Path]:
     """A copy of the extension in a folder the sandboxed candidate may read (the runner grants
-    it the way to the folder, as to the candidate's environment)."""
-    ext = tmp_path / "ext"
-    shutil.copytree(TOY, ext, ignore=shutil.ignore_patterns("__pycache__"))
-    ext.chmod(0o755)
-    return ext / "extra_subjects.py"
+    it the way there, as to the candidate's environment), outside pytest's private tree, whose
+    mode another pytest session may reset."""
+    with tempfile.TemporaryDirectory(prefix="fe-ci-extension-") as tmp:
+        ext = Path(tmp) / "ext"
+        shutil.copytree(TOY, ext, ignore=shutil.ignore_patterns("__pycache__"))
+        ext.chmod(0o755)
+        yield ext / "extra_subjects.py"
 
 
 def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
-    tmp_path: Path, make_service: object
+    tmp_path: Path, extension: Path, make_service: object
 ) -> None:
-    extension = _extension(tmp_path)
     env = base_env(tmp_path / "data", FE_CI_EXTRA_SUBJECTS=str(extension))
 
     # probed: fe-ci validate, on the interpreter that has the "build" (the toy entry point)

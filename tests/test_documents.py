@@ -6,6 +6,7 @@ is refused as a stage ``error`` that says why, never passed on with the odd key 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,10 @@ if _io is not None:
 def test_the_pipeline_refuses_a_document_with_an_unknown_key(tmp_path: Path) -> None:
     """A real candidate whose import rewrites the probe's document on its way out."""
     wheel = make_wheel(tmp_path / "wheel", "9.1.0", SMUGGLER)
-    opts = pipeline.Options(stages=[Stage.probe], work_dir=tmp_path / "work", layers_dir=None)
-    result = pipeline.Pipeline(opts).run(wheel)
+    # the work dir lies outside pytest's private tree, whose mode another session may reset
+    with tempfile.TemporaryDirectory(prefix="fe-ci-documents-") as work:
+        opts = pipeline.Options(stages=[Stage.probe], work_dir=Path(work), layers_dir=None)
+        result = pipeline.Pipeline(opts).run(wheel)
     by_name = {s.name: s for s in result.stages}
     assert by_name[Stage.install].status == Status.pass_, by_name[Stage.install].reason
     probed = by_name[Stage.probe]
