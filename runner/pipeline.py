@@ -2,12 +2,12 @@
 
 install -> probe -> determinism (+ numerics, from the same process) -> refusal. Each candidate-side
 stage is a subprocess of the candidate's Python, in its own process group with a timeout, with a
-private copy of ``runner/inside`` on its path and nothing else of the runner.
+private copy of ``runner/inside`` on its path and nothing else of the runner (``candidate.py``
+starts it).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import compare, compile_cache, envs, layers, ledger, sandbox
+from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox
 from runner.config import RunnerSettings
-from runner.inside import documents, registry
 from runner.wire import (
     STAGE_ORDER,
     Capability,
@@ -37,13 +36,6 @@ if TYPE_CHECKING:
     from runner.zygotes import Zygote, Zygotes
 
 log = logging.getLogger("fe_ci.pipeline")
-
-INSIDE_SRC = Path(__file__).parent / "inside"
-_INSIDE_STAGES = {
-    Stage.probe: "runner.inside.probe",
-    Stage.determinism: "runner.inside.determinism",
-    Stage.refusal: "runner.inside.refusal",
-}
 
 
 class Reporter(Protocol):
@@ -129,52 +121,10 @@ class Result:
         return [f for s in self.stages for f in s.findings]
 
 
-# Where the CuTe DSL keeps its kernels is the runner's decision (the compile cache, keyed per
-# build, set inside the determinism stage). Inherited from the runner's own environment, these
-# would point a sandboxed candidate at a directory it may not write, and the frontend's
-# flex-attention module, which creates its cache directory on import, would fail to import.
-_RUNNER_OWNED_ENV = (
-    "CUTE_DSL_CACHE_DIR",
-    "FLEX_ATTENTION_CUTE_DSL_CACHE_DIR",
-    "FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED",
-)
-
-
-def candidate_environ(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment of a stage in the candidate's environment: ``base`` less the runner's own."""
-    env = {k: v for k, v in base.items() if k not in _RUNNER_OWNED_ENV}
-    env.update(extra)
-    return env
-
-
-def private_source(work_dir: Path) -> Path:
-    """A copy of the candidate-side package: the candidate sees no other runner code."""
-    root = work_dir / "src"
-    if root.exists():
-        shutil.rmtree(root)
-    pkg = root / "runner"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    shutil.copytree(INSIDE_SRC, pkg / "inside", ignore=shutil.ignore_patterns("__pycache__"))
-    return root
-
-
 def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
     fields = {k: v for k, v in doc.items() if k in StageResult.model_fields and k != "name"}
     fields.setdefault("status", Status.error)
     return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
-
-
-def _read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
-    """The stage's document and "", or {} and why it is refused: it is the candidate's output."""
-    try:
-        doc = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        return {}, f"not JSON ({exc})"
-    found = documents.problems(stage.value, doc)
-    if found:
-        return {}, "; ".join(found)
-    return doc, ""
 
 
 def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
@@ -233,59 +183,22 @@ class Pipeline:
     def run_inside(self, stage: Stage, params: dict[str, Any]) -> StageResult:
         work = self.opts.work_dir
         if self._src is None:
-            self._src = private_source(work)
-        params_path = work / f"{stage}.params.json"
-        out_path = work / f"{stage}.result.json"
-        params_path.write_text(json.dumps(params, default=str))
-        out_path.unlink(missing_ok=True)
-        home = work / "home"  # HOME and TMPDIR of the candidate: its own, writable by it
-        for path in (work, home):
-            path.mkdir(parents=True, exist_ok=True)
-            sandbox.hand_over(path)
-        sandbox.make_reachable(self.python)  # an environment outside the work dir, too
-        if extra := os.environ.get(registry.EXTRA_SUBJECTS_ENV):  # a registry extension, too
-            sandbox.make_reachable(Path(extra))
-        if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
-            sandbox.make_reachable(torch.site_dir)
-        env = candidate_environ(
-            dict(os.environ),
-            PYTHONPATH=str(self._src),
-            PYTHONDONTWRITEBYTECODE="1",
-            HOME=str(home),
-            TMPDIR=str(home),
+            self._src = candidate.private_source(work)
+        outcome, out_path = candidate.run_stage(
+            stage,
+            params,
+            work=work,
+            src=self._src,
+            python=self.python,
+            zygote=self._zygote(stage),
+            timeout_s=self.opts.stage_timeout_s,
+            cancel=self.cancel,
         )
-        if stage == Stage.probe:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
-        argv = ["--in", str(params_path), "--out", str(out_path)]
-        log_path = work / "logs" / f"{stage}.log"
-        outcome = None
-        if (zygote := self._zygote(stage)) is not None:
-            outcome = zygote.run(
-                module=_INSIDE_STAGES[stage],
-                argv=argv,
-                env=env,
-                cwd=work,
-                sites=[envs.CandidateEnv(self.python.parent.parent).site_packages()],
-                python=self.python,
-                log_path=log_path,
-                timeout_s=self.opts.stage_timeout_s,
-                cancel=self.cancel,
-            )
-        if outcome is None:
-            outcome = sandbox.run(
-                [str(self.python), "-m", _INSIDE_STAGES[stage], *argv],
-                timeout_s=self.opts.stage_timeout_s,
-                log_path=log_path,
-                env=env,
-                cwd=work,
-                cancel=self.cancel,
-                isolate=True,
-            )
         if not outcome.ok or not out_path.is_file():
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return _failed_stage(stage, outcome)
-        doc, why = _read_doc(stage, out_path)
+        doc, why = candidate.read_doc(stage, out_path)
         if why:
             return StageResult(
                 name=stage,
@@ -308,7 +221,7 @@ class Pipeline:
             return None
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
-        return o.zygotes.get(self._layer, candidate_environ(dict(os.environ)))
+        return o.zygotes.get(self._layer, candidate.candidate_environ(dict(os.environ)))
 
     # ------------------------------------------------------------------ stages
 

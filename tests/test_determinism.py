@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import pipeline
+from runner import candidate
 from runner.inside import determinism, documents, stats
 from runner.inside.determinism import Settings, measure_subject
 from runner.wire import DriftRow, StageResult
@@ -232,7 +232,7 @@ def test_the_stage_without_a_gpu_is_skipped_and_absent_knobs_not_applicable(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # run in-process, the stage points the DSL's caches at its directory through os.environ:
     # restore it, or every later subprocess of this test session inherits a stale cache
-    for name in pipeline._RUNNER_OWNED_ENV:
+    for name in candidate.RUNNER_OWNED_ENV:
         monkeypatch.delenv(name, raising=False)
     caps = {
         "sdpa_bwd": {"importable": True, "present": True},
