@@ -81,7 +81,8 @@ def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
     """One view per subject across jobs: a job that read the knob wins over one that could not.
 
     The build's capabilities in its report, and what the next build of its line is compared
-    with (``lines.py``), as ``fe-ci validate --previous REPORT.json`` compares with the report's.
+    with (``feature_regression.py``), as ``fe-ci validate --previous REPORT.json`` compares
+    with a report's.
     """
     out: dict[str, Capability] = {}
     for row in rows:

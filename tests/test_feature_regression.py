@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import lines
+from service import feature_regression
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
 from service.report import build_report
@@ -53,7 +53,7 @@ def _build(session: Session, version: str, *caps: dict[str, object]) -> tuple[Bu
 
 
 def _regressions(session: Session, build: Build, job: Job) -> list[FindingRow]:
-    lines.add_line_findings(session, build, job)
+    feature_regression.add_line_findings(session, build, job)
     session.flush()
     return list(
         session.scalars(
