@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox
+from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
 from runner.config import RunnerSettings
 from runner.wire import (
     STAGE_ORDER,
@@ -277,7 +277,7 @@ class Pipeline:
         o = self.opts
         assert o.layers_dir is not None
         try:
-            warm = envs.install_warm(
+            warm = warm_install.install_warm(
                 env,
                 wheel,
                 layers_dir=o.layers_dir,
