@@ -70,6 +70,8 @@ class RefusalRowDoc(TypedDict):
 
 # Keys of a refusal row that the runner does not carry on (the wire's RefusalRow lacks them).
 REFUSAL_ROW_LOCAL = frozenset({"kwargs", "state", "te"})
+# Fields of the wire's models that no stage document carries: the service fills them in.
+WIRE_ONLY: dict[str, frozenset[str]] = {"Finding": frozenset({"job_ids"})}
 
 
 class StageDoc(TypedDict):
