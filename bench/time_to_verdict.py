@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_bench import seed_database, start_service  # noqa: E402
-from runner import envs, layers, pipeline, zygotes  # noqa: E402
+from runner import envs, layers, pipeline, warm_install, zygotes  # noqa: E402
 from runner.wire import Stage  # noqa: E402
 from testkit.registry import candidate_env, registry_wheel  # noqa: E402
 from testkit.service import SUBMIT as SUBMIT_TOKEN  # noqa: E402
@@ -266,11 +266,13 @@ def installers(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
             os.environ["FE_CI_INSTALLER"] = name
             layers_dir = tmp / f"inst-{name}-{rep}"
             t = time.monotonic()
-            envs.ensure_layer(envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900)
+            warm_install.ensure_layer(
+                envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900
+            )
             built = time.monotonic() - t
             env = envs.create_env(tmp / f"inst-env-{name}-{rep}")
             t = time.monotonic()
-            warm = envs.install_warm(
+            warm = warm_install.install_warm(
                 env, wheel, layers_dir=layers_dir, log_path=tmp / "inst.log", timeout_s=900
             )
             assert warm.outcome.ok and warm.installer == name and not warm.problems
@@ -285,7 +287,9 @@ def installers(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
 def bytecode(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
     """The probe through a layer with bytecode (as built now) and the same layer without it."""
     layers_dir = tmp / "bc-layers"
-    layer = envs.ensure_layer(envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900)
+    layer = warm_install.ensure_layer(
+        envs.read_wheel_metadata(wheel), layers_dir=layers_dir, timeout_s=900
+    )
     assert layer is not None
     bare = layers.Layer(root=tmp / "bc-bare", spec=layer.spec, built_s=None)
     shutil.copytree(layer.root, bare.root, symlinks=True)

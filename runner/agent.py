@@ -262,21 +262,13 @@ class Agent:
         )
         self.lease_deadline = time.monotonic() + _seconds_until(lease.lease_expires_at)
         work = Path(s.cache_dir) / "jobs" / f"job-{lease.job_id}-{lease.attempt}"
-        opts = pipeline.Options(
+        opts = pipeline.Options.from_settings(
+            s,
             stages=list(lease.stages),
             work_dir=work,
-            index_url=s.index_url,
-            wheelhouse=s.wheelhouse,
-            stage_timeout_s=s.stage_timeout_s,
-            install_timeout_s=s.install_timeout_s,
-            repeats=s.repeats,
-            max_repeats=s.max_repeats,
-            luck_target=s.luck_target,
-            control_share=s.control_share,
             family=lease.family if lease.kind == "gpu" else None,
             gpu=self.labels.get("gpu"),
             report_unselected=False,
-            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
             remembered=list(lease.start_configs),
             zygotes=self.zygotes,
         )

@@ -311,25 +311,17 @@ def validate(
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
-    opts = pipeline.Options(
+    opts = pipeline.Options.from_settings(
+        s,
         stages=selected,
         work_dir=tmp,
         preinstalled=preinstalled,
         candidate_python=python,
-        index_url=s.index_url,
-        wheelhouse=s.wheelhouse,
-        stage_timeout_s=s.stage_timeout_s,
-        install_timeout_s=s.install_timeout_s,
-        repeats=s.repeats,
-        max_repeats=s.max_repeats,
-        luck_target=s.luck_target,
-        control_share=s.control_share,
         negative_control=negative_control,
         family=family,
         gpu=gpu.get("gpu"),
         previous=prev,
         remembered=remembered,
-        compile_cache_dir=Path(s.cache_dir) / "compile-cache",
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
     typer.echo(

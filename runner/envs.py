@@ -4,24 +4,19 @@ Each job gets a fresh venv. It sees the host's torch (system site packages, or a
 when the runner itself lives in a venv whose torch the base interpreter cannot see), and a
 constraint pins torch to the host's version so installing a candidate never replaces it.
 
-The warm path (``install_warm``): the candidate's dependencies come from a shared, read-only
-dependency layer (``runner.layers``) keyed by the resolved dependency set, and the job's venv
-installs the candidate wheel alone. uv installs where it is present (``FE_CI_INSTALLER`` picks
-``uv`` or ``pip``; default: uv when found); its ``pip install`` does not see system site
-packages, so torch is taken out of its resolution by an override and the host's torch is
-checked against every requirement afterwards instead.
+The installers: pip, or uv where it is present (``FE_CI_INSTALLER`` picks ``uv`` or ``pip``;
+default: uv when found). The warm path, which installs the candidate alone on a shared dependency
+layer, is ``runner/warm_install.py``.
 """
 
 from __future__ import annotations
 
 import email.parser
 import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +179,7 @@ def install_candidate(
     return sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=child_env, isolate=False)
 
 
-# ---------------------------------------------------------------------------- the warm path
+# ---------------------------------------------------------------------------- installers
 
 
 def find_uv() -> str | None:
@@ -251,152 +246,7 @@ def install_command(
     return [*cmd, *_source_args(index_url, wheelhouse), *targets]
 
 
-def _installer_env() -> dict[str, str]:
+def installer_env() -> dict[str, str]:
     child = dict(os.environ)
     child.pop("PYTHONPATH", None)
     return child
-
-
-def ensure_layer(
-    meta: WheelMetadata,
-    *,
-    layers_dir: Path,
-    timeout_s: float,
-    index_url: str | None = None,
-    wheelhouse: Path | None = None,
-    installer: str | None = None,
-) -> layers.Layer | None:
-    """The dependency layer of ``meta``'s resolved dependency set: reused, or built once.
-
-    None when the candidate declares nothing to install. Raises ``LayerError`` (with the
-    resolver's message) when the layer cannot be built, or must not be used.
-    """
-    torch = host_torch()
-    spec = layers.layer_spec(
-        meta.requires,
-        install_extras(meta),
-        torch=torch.version if torch else None,
-        index_url=index_url,
-        wheelhouse=wheelhouse,
-        installer=installer or choose_installer(),
-    )
-    if not spec.requirements:
-        return None
-    root = layers_dir / spec.key
-    found = layers.usable(root, spec)
-    if found is not None:
-        return found
-    with layers.locked(layers_dir / f"{spec.key}.lock", timeout_s):
-        found = layers.usable(root, spec)  # another runner built it while we waited
-        if found is not None:
-            return found
-        return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch)
-
-
-def _build_layer(
-    spec: layers.LayerSpec,
-    root: Path,
-    timeout_s: float,
-    index_url: str | None,
-    wheelhouse: Path | None,
-    torch: HostTorch | None,
-) -> layers.Layer:
-    start = time.monotonic()
-    for stale in root.parent.glob(f".build-{spec.key}-*"):  # a runner that died mid-build
-        layers.remove(stale)
-    tmp = root.parent / f".build-{spec.key}-{os.getpid()}"
-    try:
-        env = create_env(tmp / "venv")
-        (tmp / "requirements.txt").write_text("".join(f"{r}\n" for r in spec.requirements))
-        constraints = overrides = None
-        if torch is not None:
-            constraints = tmp / "constraints.txt"
-            constraints.write_text(f"torch=={torch.version}\n")
-            if spec.installer == "uv":  # uv cannot see the host's torch: keep torch out entirely
-                overrides = tmp / "overrides.txt"
-                overrides.write_text('torch ; python_version < "0"\n')
-                constraints = None
-        cmd = install_command(
-            spec.installer,
-            env,
-            ["-r", str(tmp / "requirements.txt")],
-            constraints=constraints,
-            overrides=overrides,
-            index_url=index_url,
-            wheelhouse=wheelhouse,
-            compile_bytecode=True,
-        )
-        outcome = sandbox.run(
-            cmd, timeout_s=timeout_s, log_path=tmp / "install.log", env=_installer_env()
-        )
-        if not outcome.ok:
-            raise layers.LayerError(
-                f"{spec.installer} could not build the layer ({outcome.describe()})\n"
-                + outcome.log_tail
-            )
-        site = env.site_packages()
-        if bad := layers.frontend_in(site):
-            raise layers.LayerError(f"the layer would contain the frontend ({', '.join(bad)})")
-        dists = layers.layer_dists(site)
-        if "torch" in dists:
-            raise layers.LayerError("the layer would contain a torch of its own")
-        problems = layers.check_env(
-            env.python, [("the candidate", list(spec.requirements), set())], [*dists, "torch"]
-        )
-        if problems:
-            raise layers.LayerError("dependency conflict: " + "; ".join(problems[:5]))
-        # the layer is shared by runners whose torch lives elsewhere: each job's env points at
-        # its own runner's torch, never at the one that happened to build the layer
-        (site / HOST_TORCH_PTH).unlink(missing_ok=True)
-        doc = {"spec": spec.__dict__, "dists": dists, "built_s": time.monotonic() - start}
-        (tmp / "layer.json").write_text(json.dumps(doc, indent=1, default=list))
-        layers.read_only(tmp)
-        os.rename(tmp, root)
-    except BaseException:
-        layers.remove(tmp)
-        raise
-    return layers.Layer(root=root, spec=spec, built_s=time.monotonic() - start)
-
-
-@dataclass
-class WarmInstall:
-    outcome: sandbox.Outcome
-    layer: layers.Layer | None
-    installer: str
-    problems: list[str]
-
-
-def install_warm(
-    env: CandidateEnv,
-    wheel: Path,
-    *,
-    layers_dir: Path,
-    log_path: Path,
-    timeout_s: float,
-    index_url: str | None = None,
-    wheelhouse: Path | None = None,
-) -> WarmInstall:
-    """The candidate alone (``--no-deps``) into ``env``, its dependencies from a shared layer.
-
-    Raises ``LayerError`` when no layer can serve; the caller then installs the plain way.
-    """
-    meta = read_wheel_metadata(wheel)
-    installer = choose_installer()
-    layer = ensure_layer(
-        meta,
-        layers_dir=layers_dir,
-        timeout_s=timeout_s,
-        index_url=index_url,
-        wheelhouse=wheelhouse,
-        installer=installer,
-    )
-    if layer is not None:
-        layers.attach(env.site_packages(), layer)
-    cmd = install_command(installer, env, [str(wheel.resolve())], no_deps=True)
-    outcome = sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=_installer_env())
-    problems: list[str] = []
-    if outcome.ok:
-        also = [*(layers.layer_dists(layer.site_packages) if layer else []), "torch"]
-        owner = (f"{meta.name} {meta.version}", list(meta.requires), set(install_extras(meta)))
-        problems = layers.check_env(env.python, [owner], also)
-    return WarmInstall(outcome=outcome, layer=layer, installer=installer, problems=problems)

@@ -1,7 +1,8 @@
 """The version/feature ledger: does what a build has match what its version claims?
 
-``runner/inside/ledger.json`` records from which release each feature is documented; the probe
-detects every feature on the build itself. A consumer that gates on the version string goes wrong
+``runner/inside/ledger.json`` records from which release each feature is documented; the registry
+(``runner/inside/registry.py``) says what each feature is, and the probe detects every feature on
+the build itself. A consumer that gates on the version string goes wrong
 in both directions, so both are findings:
 
 - ``version_feature_mismatch`` (error): the version claims the feature, the build lacks it. A
@@ -26,16 +27,14 @@ A feature the probe could not read (``None``) produces nothing; so does an unpar
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
+from runner.inside.registry import FEATURES, LEDGER_PATH, release_history
 from runner.wire import Finding, Severity
-
-LEDGER_PATH = Path(__file__).parent / "inside" / "ledger.json"
 
 MISMATCH_EFFECT = "a consumer's version gate would call a knob that is not there"
 PREDATES_EFFECT = "a consumer's version gate would leave it unused and drop determinism silently"
@@ -53,6 +52,7 @@ class LedgerFeature(BaseModel):
     lacks: str
     source: str
     evidence: str = ""
+    missing_in: tuple[str, ...] = ()  # releases after ``since`` that lacked it again
     mismatch_effect: str = MISMATCH_EFFECT
     predates_effect: str = PREDATES_EFFECT
 
@@ -63,14 +63,40 @@ class LedgerFeature(BaseModel):
         return value
 
 
-class Ledger(BaseModel):
-    features: list[LedgerFeature] = Field(default_factory=list)
-
-
 @lru_cache(maxsize=4)
 def load_ledger(path: Path = LEDGER_PATH) -> tuple[LedgerFeature, ...]:
-    with open(path) as fh:
-        return tuple(Ledger.model_validate(json.load(fh)).features)
+    """Each registry feature with its release history, in the ledger's order.
+
+    A feature the registry declares without history (an extension's, say) has no release to
+    compare with and is left out; history for a feature the registry does not declare is refused.
+    """
+    declared = {f.id: f for f in FEATURES}
+    history = release_history(path)
+    unknown = sorted(set(history) - set(declared))
+    if unknown:
+        raise ValueError(f"{path}: release history for features the registry lacks: {unknown}")
+    out = []
+    for fid, entry in history.items():
+        f = declared[fid]
+        described = {
+            "subject": f.subject,
+            "entry_points": f.entry_points,
+            "detect": dict(f.detect),
+            "has": f.has,
+            "lacks": f.lacks,
+        }
+        described.update(
+            {
+                k: v
+                for k, v in (
+                    ("mismatch_effect", f.mismatch_effect),
+                    ("predates_effect", f.predates_effect),
+                )
+                if v
+            }
+        )
+        out.append(LedgerFeature.model_validate({**described, **entry}))
+    return tuple(out)
 
 
 def claims(version: Version, since: Version) -> bool:

@@ -2,12 +2,12 @@
 
 install -> probe -> determinism (+ numerics, from the same process) -> refusal. Each candidate-side
 stage is a subprocess of the candidate's Python, in its own process group with a timeout, with a
-private copy of ``runner/inside`` on its path and nothing else of the runner.
+private copy of ``runner/inside`` on its path and nothing else of the runner (``candidate.py``
+starts it).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import compare, compile_cache, envs, layers, ledger, sandbox
+from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
 from runner.config import RunnerSettings
 from runner.wire import (
     STAGE_ORDER,
@@ -36,13 +36,6 @@ if TYPE_CHECKING:
     from runner.zygotes import Zygote, Zygotes
 
 log = logging.getLogger("fe_ci.pipeline")
-
-INSIDE_SRC = Path(__file__).parent / "inside"
-_INSIDE_STAGES = {
-    Stage.probe: "runner.inside.probe",
-    Stage.determinism: "runner.inside.determinism",
-    Stage.refusal: "runner.inside.refusal",
-}
 
 
 class Reporter(Protocol):
@@ -92,6 +85,27 @@ class Options:
     skip_reason: str = "not selected by --stages"
     report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
 
+    @classmethod
+    def from_settings(
+        cls, s: RunnerSettings, *, stages: list[Stage], work_dir: Path, **run: Any
+    ) -> Options:
+        """What the runner's settings decide, for the agent and ``fe-ci validate`` alike; ``run``
+        holds what this one run decides (its family, GPU, previous report, ...)."""
+        return cls(
+            stages=stages,
+            work_dir=work_dir,
+            index_url=s.index_url,
+            wheelhouse=s.wheelhouse,
+            stage_timeout_s=s.stage_timeout_s,
+            install_timeout_s=s.install_timeout_s,
+            repeats=s.repeats,
+            max_repeats=s.max_repeats,
+            luck_target=s.luck_target,
+            control_share=s.control_share,
+            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            **run,
+        )
+
 
 @dataclass
 class Result:
@@ -105,36 +119,6 @@ class Result:
     @property
     def findings(self) -> list[Finding]:
         return [f for s in self.stages for f in s.findings]
-
-
-# Where the CuTe DSL keeps its kernels is the runner's decision (the compile cache, keyed per
-# build, set inside the determinism stage). Inherited from the runner's own environment, these
-# would point a sandboxed candidate at a directory it may not write, and the frontend's
-# flex-attention module, which creates its cache directory on import, would fail to import.
-_RUNNER_OWNED_ENV = (
-    "CUTE_DSL_CACHE_DIR",
-    "FLEX_ATTENTION_CUTE_DSL_CACHE_DIR",
-    "FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED",
-)
-
-
-def candidate_environ(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment of a stage in the candidate's environment: ``base`` less the runner's own."""
-    env = {k: v for k, v in base.items() if k not in _RUNNER_OWNED_ENV}
-    env.update(extra)
-    return env
-
-
-def private_source(work_dir: Path) -> Path:
-    """A copy of the candidate-side package: the candidate sees no other runner code."""
-    root = work_dir / "src"
-    if root.exists():
-        shutil.rmtree(root)
-    pkg = root / "runner"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    shutil.copytree(INSIDE_SRC, pkg / "inside", ignore=shutil.ignore_patterns("__pycache__"))
-    return root
 
 
 def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
@@ -199,57 +183,30 @@ class Pipeline:
     def run_inside(self, stage: Stage, params: dict[str, Any]) -> StageResult:
         work = self.opts.work_dir
         if self._src is None:
-            self._src = private_source(work)
-        params_path = work / f"{stage}.params.json"
-        out_path = work / f"{stage}.result.json"
-        params_path.write_text(json.dumps(params, default=str))
-        out_path.unlink(missing_ok=True)
-        home = work / "home"  # HOME and TMPDIR of the candidate: its own, writable by it
-        for path in (work, home):
-            path.mkdir(parents=True, exist_ok=True)
-            sandbox.hand_over(path)
-        sandbox.make_reachable(self.python)  # an environment outside the work dir, too
-        if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
-            sandbox.make_reachable(torch.site_dir)
-        env = candidate_environ(
-            dict(os.environ),
-            PYTHONPATH=str(self._src),
-            PYTHONDONTWRITEBYTECODE="1",
-            HOME=str(home),
-            TMPDIR=str(home),
+            self._src = candidate.private_source(work)
+        outcome, out_path = candidate.run_stage(
+            stage,
+            params,
+            work=work,
+            src=self._src,
+            python=self.python,
+            zygote=self._zygote(stage),
+            timeout_s=self.opts.stage_timeout_s,
+            cancel=self.cancel,
         )
-        if stage == Stage.probe:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
-        argv = ["--in", str(params_path), "--out", str(out_path)]
-        log_path = work / "logs" / f"{stage}.log"
-        outcome = None
-        if (zygote := self._zygote(stage)) is not None:
-            outcome = zygote.run(
-                module=_INSIDE_STAGES[stage],
-                argv=argv,
-                env=env,
-                cwd=work,
-                sites=[envs.CandidateEnv(self.python.parent.parent).site_packages()],
-                python=self.python,
-                log_path=log_path,
-                timeout_s=self.opts.stage_timeout_s,
-                cancel=self.cancel,
-            )
-        if outcome is None:
-            outcome = sandbox.run(
-                [str(self.python), "-m", _INSIDE_STAGES[stage], *argv],
-                timeout_s=self.opts.stage_timeout_s,
-                log_path=log_path,
-                env=env,
-                cwd=work,
-                cancel=self.cancel,
-                isolate=True,
-            )
         if not outcome.ok or not out_path.is_file():
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return _failed_stage(stage, outcome)
-        doc = json.loads(out_path.read_text())
+        doc, why = candidate.read_doc(stage, out_path)
+        if why:
+            return StageResult(
+                name=stage,
+                status=Status.error,
+                reason=f"the {stage} stage wrote a document the runner does not accept: {why}",
+                duration_s=outcome.duration_s,
+                log_tail=outcome.log_tail,
+            )
         self._extra[stage] = doc
         result = _stage_from_doc(stage, doc, outcome.duration_s)
         if result.status in (Status.error,) and not result.log_tail:
@@ -264,7 +221,7 @@ class Pipeline:
             return None
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
-        return o.zygotes.get(self._layer, candidate_environ(dict(os.environ)))
+        return o.zygotes.get(self._layer, candidate.candidate_environ(dict(os.environ)))
 
     # ------------------------------------------------------------------ stages
 
@@ -320,7 +277,7 @@ class Pipeline:
         o = self.opts
         assert o.layers_dir is not None
         try:
-            warm = envs.install_warm(
+            warm = warm_install.install_warm(
                 env,
                 wheel,
                 layers_dir=o.layers_dir,

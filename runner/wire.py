@@ -2,6 +2,9 @@
 
 The service imports this module; it must not import FastAPI or SQLAlchemy, so a runner host needs
 neither. Field names here are the public contract of DESIGN.md: add fields freely, rename none.
+``Check``, ``Finding``, ``Capability``, ``DriftRow``, ``RefusalRow`` and ``StageResult`` mirror the
+documents a stage writes inside the candidate (``runner/inside/documents.py``): a field added here
+is added there (``tests/test_documents.py`` keeps the two in step).
 """
 
 from __future__ import annotations

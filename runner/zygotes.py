@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from runner import envs, layers, sandbox
+from runner import candidate, envs, layers, sandbox
 
 log = logging.getLogger("fe_ci.zygote")
 
-INSIDE_SRC = Path(__file__).parent / "inside"
 # What every CPU stage imports before it reaches the candidate: torch, and the CuTe DSL that the
 # frontend's Python wrappers are built on. Importing them is most of a probe's time.
 PRELOAD = ("torch", "cutlass", "cutlass.cute")
@@ -43,8 +42,8 @@ PID_TIMEOUT_S = 10.0
 
 def _source_digest() -> str:
     h = hashlib.sha256()
-    for path in sorted(INSIDE_SRC.rglob("*.py")):
-        h.update(path.relative_to(INSIDE_SRC).as_posix().encode())
+    for path in sorted(candidate.INSIDE_SRC.rglob("*.py")):
+        h.update(path.relative_to(candidate.INSIDE_SRC).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
@@ -211,8 +210,6 @@ class Zygotes:
             return started
 
     def _start(self, key: str, layer: layers.Layer, environ: dict[str, str]) -> Zygote:
-        from runner.pipeline import private_source  # the same copy a stage gets
-
         start = time.monotonic()
         root = self.root / key
         if root.exists():
@@ -220,7 +217,7 @@ class Zygotes:
         root.mkdir(parents=True)
         env = envs.create_env(root / "env")
         layers.attach(env.site_packages(), layer)
-        src = private_source(root)
+        src = candidate.private_source(root)  # the same copy a stage gets
         home, sockets = root / "home", root / "sock"
         for path in (home, sockets):
             path.mkdir()

@@ -10,6 +10,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from runner.inside.registry import FAMILIES
+
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret")
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "token", "xxx", "..."}
 
@@ -52,10 +54,10 @@ class Settings(BaseSettings):
     @field_validator("gpu_archs")
     @classmethod
     def _known_families(cls, value: list[str]) -> list[str]:
-        known = {"auto", "sm_80", "sm_90", "sm_100"}
+        known = ("auto", *FAMILIES)
         bad = [v for v in value if v not in known]
         if bad:
-            raise ValueError(f"unknown GPU families {bad}; use auto, sm_80, sm_90, sm_100")
+            raise ValueError(f"unknown GPU families {bad}; use {', '.join(known)}")
         return value
 
     @cached_property

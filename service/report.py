@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -43,15 +44,22 @@ T = TypeVar("T")
 _STAGE_INDEX = {s: i for i, s in enumerate(Stage)}
 
 
-def build_status(build: Build) -> BuildStatus:
-    if build.cancelled_at is not None:
+def status_of(*, cancelled: bool, job_states: Iterable[str]) -> BuildStatus:
+    """A build's status from whether it was cancelled and its jobs' states: the one rule."""
+    if cancelled:
         return BuildStatus.cancelled
-    states = {j.state for j in build.jobs}
+    states = set(job_states)
     if states and states <= {JobState.finished, JobState.cancelled}:
         return BuildStatus.finished
-    if states & {JobState.leased} or any(j.state == JobState.finished for j in build.jobs):
+    if states & {JobState.leased, JobState.finished}:
         return BuildStatus.running
     return BuildStatus.queued
+
+
+def build_status(build: Build) -> BuildStatus:
+    return status_of(
+        cancelled=build.cancelled_at is not None, job_states=(j.state for j in build.jobs)
+    )
 
 
 def _stage_result(row: StageRow) -> StageResult:
@@ -69,8 +77,13 @@ def _stage_result(row: StageRow) -> StageResult:
     )
 
 
-def _capabilities(rows: list[CapabilityRow]) -> dict[str, Capability]:
-    """One view per subject across jobs: a job that read the knob wins over one that could not."""
+def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
+    """One view per subject across jobs: a job that read the knob wins over one that could not.
+
+    The build's capabilities in its report, and what the next build of its line is compared
+    with (``feature_regression.py``), as ``fe-ci validate --previous REPORT.json`` compares
+    with a report's.
+    """
     out: dict[str, Capability] = {}
     for row in rows:
         cap = Capability(
@@ -131,7 +144,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         created_at=build.created_at,
         status=build_status(build),
         verdict=Verdict.pending,
-        capabilities=_capabilities(caps),
+        capabilities=merge_capabilities(caps),
         findings=once_per_build(findings),
         jobs=job_reports,
         drift=[

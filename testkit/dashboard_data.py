@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.orm import Session
 
+from runner.inside.registry import SUBJECTS, consumer_subjects
 from service.models import (
     Build,
     CapabilityRow,
@@ -47,18 +48,11 @@ ORDER = (
 )
 XSS_VERSION = "<script>window.__xss = 1</script>9.9.9"
 XSS_BRANCH = "refs/heads/<b>bold</b>"
-ACTIVATIONS = ("srelu", "swiglu")
+ACTIVATIONS = tuple(consumer_subjects())
 REQUESTS = ("none", "env", "torch_flag", "both", "env_allow+torch_flag")
-ENTRY = {
-    "grouped_gemm_dsrelu": ("cudnn.grouped_gemm_dsrelu_wrapper_sm100", "deterministic", "None"),
-    "grouped_gemm_dglu": ("cudnn.grouped_gemm_dglu_wrapper_sm100", "deterministic", "False"),
-    "flex_attention_bwd": ("cudnn.flex_attention.flex_attn_func", "deterministic", "False"),
-    "sdpa_bwd": (
-        "cudnn._compiled_module.backend_graph.sdpa_backward",
-        "use_deterministic_algorithm",
-        "False",
-    ),
-}
+# What each subject's knob defaults to in the builds these rows describe (1.32.0).
+DEFAULTS = {"grouped_gemm_dsrelu": "None"}
+ENTRY = {name: (s.entry_point, s.knob, DEFAULTS.get(name, "False")) for name, s in SUBJECTS.items()}
 GPU_ENV = {
     "python": "3.11.7",
     "torch": "2.13.0+cu130",

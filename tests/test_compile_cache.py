@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import compile_cache, pipeline, sandbox
+from runner import candidate, compile_cache, pipeline, sandbox
 from runner.wire import Stage
 from testkit.wheels import make_wheel
 
@@ -146,7 +146,7 @@ def test_a_candidate_cannot_write_an_entry_it_did_not_write(
 ) -> None:
     """A fake candidate (its ``cudnn`` is hostile code, run at import in the determinism stage)
     attacks the cache through three builds of the same sources; the stages really run sandboxed."""
-    for name in pipeline._RUNNER_OWNED_ENV:
+    for name in candidate.RUNNER_OWNED_ENV:
         monkeypatch.delenv(name, raising=False)
     root = tmp_path / "cache"
     store = compile_cache.Store(root)

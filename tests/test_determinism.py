@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import pipeline
-from runner.inside import determinism, stats
+from runner import candidate
+from runner.inside import determinism, documents, stats
 from runner.inside.determinism import Settings, measure_subject
 from runner.wire import DriftRow, StageResult
 from tests.fakesubjects import FakeSubject, Reduction
@@ -232,7 +232,7 @@ def test_the_stage_without_a_gpu_is_skipped_and_absent_knobs_not_applicable(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # run in-process, the stage points the DSL's caches at its directory through os.environ:
     # restore it, or every later subprocess of this test session inherits a stale cache
-    for name in pipeline._RUNNER_OWNED_ENV:
+    for name in candidate.RUNNER_OWNED_ENV:
         monkeypatch.delenv(name, raising=False)
     caps = {
         "sdpa_bwd": {"importable": True, "present": True},
@@ -248,6 +248,7 @@ def test_the_stage_without_a_gpu_is_skipped_and_absent_knobs_not_applicable(
             "repeats": 8,
         }
     )
+    assert documents.problems("determinism", doc) == []
     stage = StageResult.model_validate({**doc, "name": "determinism"})
     assert stage.status == "skipped" and "no CUDA GPU" in stage.reason
     by_name = {c.name: c for c in stage.checks}
@@ -279,4 +280,5 @@ def test_the_module_speaks_the_json_stage_protocol(tmp_path: Path) -> None:
     subprocess.run([*cmd, "--out", str(result)], check=True, env=env, timeout=300)
     doc = json.loads(result.read_text())
     assert doc["status"] == "skipped" and doc["negative_control"] is True
+    assert documents.problems("determinism", doc) == []
     assert [c["name"] for c in doc["checks"]] == ["sdpa_bwd.deterministic"]

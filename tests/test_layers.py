@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, layers, pipeline
+from runner import envs, layers, pipeline, warm_install
 from runner.wire import Stage, Status
 from testkit.registry import candidate_env, registry_wheel
 
@@ -173,7 +173,7 @@ def test_two_runners_building_the_same_layer_build_it_once(tmp_path: Path) -> No
 
     def build() -> None:
         try:
-            got.append(envs.ensure_layer(meta, layers_dir=layers_dir, timeout_s=900))
+            got.append(warm_install.ensure_layer(meta, layers_dir=layers_dir, timeout_s=900))
         except BaseException as exc:
             errors.append(exc)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from packaging.version import Version
 
 from runner import ledger
-from runner.inside import probe as probe_mod
-from runner.inside.registry import SUBJECTS
+from runner.inside.registry import FEATURES, LEDGER_PATH, SUBJECTS
 from runner.wire import Severity
 
 DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
@@ -111,14 +113,25 @@ def test_each_ledger_entry_draws_the_line_at_its_release(feature: ledger.LedgerF
     assert feature.source and feature.evidence and feature.entry_points
 
 
-def test_every_subject_knob_is_in_the_ledger_and_the_probe_reads_the_same_file() -> None:
-    ids = {f.id for f in ledger.load_ledger()}
-    assert {f"{s.name}.{s.knob}" for s in SUBJECTS.values()} <= ids
-    assert [f["id"] for f in probe_mod.load_ledger()] == [f.id for f in ledger.load_ledger()]
+def test_every_registry_feature_has_its_release_history_and_nothing_else() -> None:
+    """The registry says what a feature is, the ledger only when it shipped: one each."""
+    ids = [f.id for f in ledger.load_ledger()]
+    assert sorted(ids) == sorted(f.id for f in FEATURES)
+    assert {s.feature for s in SUBJECTS.values()} <= set(ids)
     for f in ledger.load_ledger():
         subject = SUBJECTS.get(f.subject)
         if subject is not None and f.detect.get("parameter") == subject.knob:
-            assert f.entry_points[0] == subject.entry_point
+            assert f.entry_points == subject.entry_points
+    raw = json.loads(LEDGER_PATH.read_text())["features"]
+    described = {"subject", "entry_points", "detect", "has", "lacks"}
+    assert not any(described & set(entry) for entry in raw)
+
+
+def test_history_for_an_undeclared_feature_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps({"features": [{"id": "nope.knob", "since": "1.0.0"}]}))
+    with pytest.raises(ValueError, match=r"nope\.knob"):
+        ledger.load_ledger(path)
 
 
 def test_messages_come_from_the_ledger_entry() -> None:

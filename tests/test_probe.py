@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from runner import compare, ledger
-from runner.inside import probe as probe_mod
+from runner.inside import documents, introspect
 from runner.wire import Capability, Severity, Stage, StageResult, Status
 from testkit.registry import candidate_env, registry_wheel, relabel_wheel, relabelled_env
 
@@ -44,6 +45,7 @@ def run_probe(python: Path, out_dir: Path, extra_path: Path | None = None) -> di
     doc: dict[str, Any] = json.loads(out.read_text())
     assert doc["status"] == "pass", doc
     StageResult.model_validate({"name": Stage.probe, **doc})  # the shape the runner reads
+    assert documents.problems("probe", doc) == []
     return doc
 
 
@@ -250,7 +252,7 @@ def test_doc_parameters_reads_pybind_signature_lines() -> None:
         "cb: Optional[Callable[[m.graph, m.tensor], m.tensor]] = None, "
         "name: str = 'a, b', flag: bool = False) -> list[m.tensor]\n\nLonger text."
     )
-    params = probe_mod.doc_parameters(doc, "f")
+    params = introspect.doc_parameters(doc, "f")
     assert params == {
         "q": None,
         "mode": "<align.TOP_LEFT: 0>",
@@ -265,9 +267,14 @@ def test_doc_parameters_merges_overloads_and_refuses_prose() -> None:
         "g(*args, **kwargs)\nOverloaded function.\n\n"
         "1. g(self, a: int) -> None\n\n2. g(self, b: int = 3) -> None\n"
     )
-    assert probe_mod.doc_parameters(doc, "g") == {"args": None, "kwargs": None, "a": None, "b": "3"}
-    assert probe_mod.doc_parameters("Compute the gradients.", "g") is None
-    assert probe_mod.doc_parameters(None, "g") is None
+    assert introspect.doc_parameters(doc, "g") == {
+        "args": None,
+        "kwargs": None,
+        "a": None,
+        "b": "3",
+    }
+    assert introspect.doc_parameters("Compute the gradients.", "g") is None
+    assert introspect.doc_parameters(None, "g") is None
 
 
 def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> None:
@@ -295,3 +302,28 @@ def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> 
     # asked of a bare interpreter (--preinstalled), the probe reports what it can, torch aside
     doc = run_probe(venv / "bin" / "python", tmp_path)
     assert any(u.startswith("torch: ModuleNotFoundError") for u in doc["unread"]), doc["unread"]
+
+
+def test_the_determinism_stage_reads_a_knob_as_the_probe_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An overloaded pybind11 method names its parameters only in its numbered lines; the
+    determinism stage's own look (without the probe's answer) must read those as the probe does."""
+    from runner.inside.subjects.base import knob_present
+
+    module = types.ModuleType("fe_ci_fake_pybind")
+
+    def sdpa_backward(*args: Any, **kwargs: Any) -> None: ...
+
+    sdpa_backward.__doc__ = (
+        "sdpa_backward(*args, **kwargs)\nOverloaded function.\n\n"
+        "1. sdpa_backward(self: graph, q: tensor, use_deterministic_algorithm: bool = False)"
+        " -> None\n"
+    )
+    module.sdpa_backward = sdpa_backward  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fe_ci_fake_pybind", module)
+    path = "fe_ci_fake_pybind.sdpa_backward"
+    assert knob_present(path, "use_deterministic_algorithm", "docstring") == (True, "")
+    params, method = introspect.read_parameters(sdpa_backward, "docstring")
+    assert method == "docstring" and params and "use_deterministic_algorithm" in params
+    assert knob_present(path, "deterministic", "docstring")[0] is False

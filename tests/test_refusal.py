@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runner.inside import refusal
+from runner.inside import documents, refusal
 from runner.wire import RefusalRow, Stage, StageResult, Status
 from testkit.registry import candidate_env
 
@@ -70,6 +70,7 @@ def stage(version: str, family: str | None = None) -> dict[str, Any]:
         assert proc.returncode == 0, proc.stderr[-4000:]
         doc: dict[str, Any] = json.loads(out.read_text())
     assert doc["status"] != "error", doc.get("log_tail")
+    assert documents.problems("refusal", doc) == []  # the contract the runner reads it by
     return doc
 
 

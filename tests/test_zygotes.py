@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, layers, pipeline, sandbox, zygotes
+from runner import envs, layers, pipeline, sandbox, warm_install, zygotes
 from runner.wire import Stage, Status
 from testkit.registry import registry_wheel
 from tests.helpers import alive
@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow  # builds a real dependency layer
 @pytest.fixture(scope="module")
 def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
-    built = envs.ensure_layer(meta, layers_dir=tmp_path_factory.mktemp("layers"), timeout_s=900)
+    built = warm_install.ensure_layer(
+        meta, layers_dir=tmp_path_factory.mktemp("layers"), timeout_s=900
+    )
     assert built is not None
     return built
 
@@ -176,9 +178,9 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
-        "from runner import envs, zygotes\n"
+        "from runner import envs, warm_install, zygotes\n"
         f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
-        f"layer = envs.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
+        f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
         "timeout_s=900)\n"
         f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer, dict(os.environ))\n"
         "print(z.proc.pid, flush=True)\n"

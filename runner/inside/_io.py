@@ -2,10 +2,10 @@
 
 Standard library only. A stage module calls ``run_stage(fn)`` from ``if __name__ == "__main__"``;
 the runner starts ``python -m runner.inside.<stage> --in PARAMS.json --out RESULT.json`` with the
-runner's source on PYTHONPATH, in the candidate's environment. ``fn(params)`` returns a dict shaped
-like ``runner.wire.StageResult`` minus ``name`` and ``duration_s`` (status, reason, checks,
-findings, capabilities, drift, refusal, version, and any extra keys). An exception becomes an
-``error`` result with its traceback, so the runner always gets a document unless the process dies.
+runner's source on PYTHONPATH, in the candidate's environment. ``fn(params)`` returns the stage's
+document as ``documents.py`` defines it (the runner refuses one with unknown or missing keys). An
+exception becomes an ``ErrorDoc`` with its traceback, so the runner always gets a document unless
+the process dies.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-StageFn = Callable[[dict[str, Any]], dict[str, Any]]
+StageFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 
 
-def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+def write_json_atomic(path: str, doc: Mapping[str, Any]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".result-", suffix=".json")
     with os.fdopen(fd, "w") as fh:

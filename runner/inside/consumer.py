@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from runner.inside import registry
+
 ENV_VAR = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
 KNOB = "deterministic"
 
@@ -37,15 +39,22 @@ class Wrapper:
     activation: str
     name: str  # attribute of the ``cudnn`` package
     fixed_kwargs: Mapping[str, Any]
-    # Where the knob first shipped, for the refusal's advice only; never used to decide.
+    # The releases whose wrapper takes the knob ("1.28.0 or later"), from the ledger, for the
+    # refusal's advice only; never used to decide.
     knob_release: str
+    subject: str = ""
 
 
+# The registry says which subject serves which activation; the ledger when its knob shipped.
 WRAPPERS: dict[str, Wrapper] = {
-    "srelu": Wrapper("srelu", "grouped_gemm_dsrelu_wrapper_sm100", {}, "1.28.0"),
-    "swiglu": Wrapper(
-        "swiglu", "grouped_gemm_dglu_wrapper_sm100", {"act_func": "dswiglu"}, "1.31.0"
-    ),
+    activation: Wrapper(
+        activation,
+        s.entry_point.removeprefix("cudnn."),
+        dict(s.fixed_kwargs),
+        registry.knob_release(s.name),
+        s.name,
+    )
+    for activation, s in registry.consumer_subjects().items()
 }
 
 # How the wrapper's documentation speaks of the knob and dbias. A clause that negates dbias
@@ -204,7 +213,7 @@ def decide(step: StepConfig, support: KnobSupport, *, requested: bool) -> Decisi
     if not support.present:
         why = "is not in this build" if not support.importable else "has no 'deterministic' knob"
         fixes = [
-            f"install nvidia-cudnn-frontend {spec.knob_release} or later, whose "
+            f"install nvidia-cudnn-frontend {spec.knob_release}, whose "
             f"{spec.name} takes deterministic"
         ]
         if step.activation != "srelu":

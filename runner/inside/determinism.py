@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -44,6 +43,7 @@ import torch
 
 from runner.inside import stats
 from runner.inside.comparable import pick_start_configs
+from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.registry import SUBJECTS, family_of
 from runner.inside.subjects.base import (
     COMPILE_ARCH,
@@ -137,7 +137,7 @@ class Arm:
         self.run_s += time.perf_counter() - start
         self.add(outs)
 
-    def drift_rows(self, subject: str, config: Config) -> list[dict[str, Any]]:
+    def drift_rows(self, subject: str, config: Config) -> list[DriftDoc]:
         return [
             {
                 "subject": subject,
@@ -221,9 +221,9 @@ class Tried:
 class Outcome:
     """What one subject contributed: checks for both stages, drift rows, config and timings."""
 
-    check: dict[str, Any]
-    numerics: list[dict[str, Any]]
-    drift: list[dict[str, Any]]
+    check: CheckDoc
+    numerics: list[CheckDoc]
+    drift: list[DriftDoc]
     config: str | None
     compile_s: float
     run_s: float
@@ -337,9 +337,9 @@ def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
     return status, detail
 
 
-def _numerics(subject: str, workload: Workload, det: Arm, config: Config) -> list[dict[str, Any]]:
+def _numerics(subject: str, workload: Workload, det: Arm, config: Config) -> list[CheckDoc]:
     ref = workload.reference()
-    checks = []
+    checks: list[CheckDoc] = []
     for name, got in det.first.items():
         tol = workload.tolerances[name]
         want = ref[name].to(device=got.device, dtype=torch.float32)
@@ -425,7 +425,7 @@ def measure_subject(
             for name, o in det.outputs.items()
         },
     }
-    check = {
+    check: CheckDoc = {
         "name": f"{subject.name}.deterministic",
         "status": status,
         "detail": f"{detail} (config {best.config.name}: {why})",
@@ -483,11 +483,11 @@ def _available(name: str, caps: Mapping[str, Any] | None) -> tuple[bool, str]:
     return True, ""
 
 
-def _check(name: str, status: str, detail: str) -> dict[str, Any]:
+def _check(name: str, status: str, detail: str) -> CheckDoc:
     return {"name": name, "status": status, "detail": detail, "metrics": {}}
 
 
-def _roll_up(checks: list[dict[str, Any]], what: str) -> tuple[str, str]:
+def _roll_up(checks: list[CheckDoc], what: str) -> tuple[str, str]:
     """A stage's status from its checks: fail > error > inconclusive > pass > skipped > n/a."""
     statuses = [c["status"] for c in checks]
     summary = "; ".join(f"{c['name']} {c['status']}" for c in checks) or f"no {what} checks"
@@ -513,7 +513,7 @@ def _environment(device: torch.device | None) -> dict[str, Any]:
 
 
 # Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.
-COMPILE_ONLY = ("grouped_gemm_dsrelu", "grouped_gemm_dglu")
+COMPILE_ONLY = tuple(name for name, s in SUBJECTS.items() if s.compile_only)
 
 
 def compile_only(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
@@ -542,7 +542,7 @@ def compile_only(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
 
 
 def _with_compile_only(
-    name: str, check: dict[str, Any], checks: list[dict[str, Any]], findings: list[dict[str, Any]]
+    name: str, check: CheckDoc, checks: list[CheckDoc], findings: list[FindingDoc]
 ) -> None:
     """Attach the compile-only result to a skipped subject.
 
@@ -603,7 +603,7 @@ def _settings(params: Mapping[str, Any]) -> Settings:
     )
 
 
-def run(params: dict[str, Any]) -> dict[str, Any]:
+def run(params: dict[str, Any]) -> DeterminismDoc:
     """The stage document: determinism checks and drift, with the numerics stage under a key."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     cache = configure_compile_cache(
@@ -619,12 +619,12 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
     caps = params.get("capabilities") or None
     environment = _environment(device)
     starts = _start_configs(params, family, environment)
-    checks: list[dict[str, Any]] = []
-    numerics: list[dict[str, Any]] = []
-    drift: list[dict[str, Any]] = []
+    checks: list[CheckDoc] = []
+    numerics: list[CheckDoc] = []
+    drift: list[DriftDoc] = []
     chosen: dict[str, str] = {}
     timings: dict[str, dict[str, float]] = {}
-    findings: list[dict[str, Any]] = []
+    findings: list[FindingDoc] = []
     for name in names:
         subject = SUBJECTS[name]
         ok, why = _available(name, caps)
@@ -645,10 +645,9 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
             continue
         assert device is not None
         try:
-            module = importlib.import_module(f"runner.inside.subjects.{name}")
             start = starts.get(name) or {}
             outcome = measure_subject(
-                module.SUBJECT,
+                subject.load(),
                 device,
                 settings,
                 start_config=start.get("config"),

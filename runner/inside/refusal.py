@@ -40,11 +40,12 @@ from typing import Any
 
 import torch
 
-from runner.inside import consumer
+from runner.inside import consumer, registry
 from runner.inside._io import run_stage
+from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
 
-ACTIVATIONS: tuple[str, ...] = ("srelu", "swiglu")
-SUBJECT_OF: dict[str, str] = {"srelu": "grouped_gemm_dsrelu", "swiglu": "grouped_gemm_dglu"}
+ACTIVATIONS: tuple[str, ...] = tuple(consumer.WRAPPERS)
+SUBJECT_OF: dict[str, str] = {a: w.subject for a, w in consumer.WRAPPERS.items()}
 # request -> (value of the variable, or None for unset; torch deterministic flag)
 REQUESTS: dict[str, tuple[str | None, bool]] = {
     "none": (None, False),
@@ -300,7 +301,7 @@ class TEGate:
 
 
 _TE_MODULE = "transformer_engine.pytorch.ops.fused.grouped_mlp"
-_TE_CLASSES = {"srelu": "GroupedMLP_CuTeGEMMUnary", "swiglu": "GroupedMLP_CuTeGEMMGLU"}
+_TE_CLASSES = {a: s.consumer_class for a, s in registry.consumer_subjects().items()}
 
 
 def load_te_gate() -> tuple[TEGate | None, str]:
@@ -332,9 +333,9 @@ def te_decision(gate: TEGate, row: Row) -> str:
         return f"error: {type(exc).__name__}: {exc}"
 
 
-def consumer_gaps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def consumer_gaps(rows: list[RefusalRowDoc]) -> list[FindingDoc]:
     """One ``consumer_gap`` warning per row where TE's decision departs from the contract's."""
-    findings = []
+    findings: list[FindingDoc] = []
     for r in rows:
         te = r.get("te")
         if te is None or te == r["expected"]:
@@ -358,11 +359,11 @@ def consumer_gaps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- the stage
 
 
-def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -> dict[str, Any]:
+def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -> RefusalDoc:
     """The refusal stage; ``determinism`` is the hook for the sm_100 harness (see module doc)."""
     supports = {a: consumer.knob_support(a) for a in ACTIVATIONS}
     runnable = tuple(a for a in ACTIVATIONS if supports[a].importable)
-    checks: list[dict[str, Any]] = []
+    checks: list[CheckDoc] = []
     for a in ACTIVATIONS:
         if a not in runnable:
             checks.append(
@@ -375,7 +376,7 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
             )
     te_gate, te_reason = load_te_gate()
     baseline = _torch_state()
-    rows: list[dict[str, Any]] = []
+    rows: list[RefusalRowDoc] = []
     leaks: list[str] = []
     for row in all_rows(runnable):
         seen = observe(row)
@@ -388,8 +389,12 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
             if status == "pass":
                 status = str(verdict["status"])
             detail = f"{detail}; determinism: {verdict.get('detail', '')}"
-        record: dict[str, Any] = {
-            **asdict(row),
+        record: RefusalRowDoc = {
+            "activation": row.activation,
+            "request": row.request,
+            "scale_bias": row.scale_bias,
+            "fc1_bias": row.fc1_bias,
+            "unit_scale": row.unit_scale,
             "expected": expected,
             "observed": seen["observed"],
             "status": status,
@@ -438,7 +443,7 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
     return _result(rows, checks, findings, supports, runnable, reason_extra)
 
 
-def _activation_check(activation: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _activation_check(activation: str, rows: list[RefusalRowDoc]) -> CheckDoc:
     wrong = [r for r in rows if r["status"] != "pass"]
     detail = f"{len(rows) - len(wrong)} of {len(rows)} rows as the contract expects"
     if wrong:
@@ -462,13 +467,13 @@ def _activation_check(activation: str, rows: list[dict[str, Any]]) -> dict[str, 
 
 
 def _result(
-    rows: list[dict[str, Any]],
-    checks: list[dict[str, Any]],
-    findings: list[dict[str, Any]],
+    rows: list[RefusalRowDoc],
+    checks: list[CheckDoc],
+    findings: list[FindingDoc],
     supports: Mapping[str, consumer.KnobSupport],
     runnable: tuple[str, ...],
     reason_extra: str,
-) -> dict[str, Any]:
+) -> RefusalDoc:
     knobs = {SUBJECT_OF[a]: asdict(s) for a, s in supports.items()}
     if not runnable:
         status, reason = (

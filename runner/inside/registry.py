@@ -1,15 +1,34 @@
-"""The subject registry: one entry per frontend entry point that has a determinism knob.
+"""The subject registry: the one place that says everything about a subject.
+
+One entry per frontend entry point that has a determinism knob: its entry point (and the older
+homes of it a release may still use), the knob and how to read it, the families it runs on, the
+outputs compared, the module that runs it (``subjects/<name>.py`` unless ``module`` says
+otherwise), whether its kernels can be compiled without its GPU, and, for the grouped-MLP
+dactivation backwards, the consumer's activation and TransformerEngine's class that gates it.
+Every other part of the runner and the service reads these; ``ledger.json`` keeps only the
+release history of each feature (from which release it is documented, and the sources).
 
 Standard library only: this module is imported both inside a candidate's environment (by the
-probe and the suites) and by the runner and the service (to know which families cover a subject).
-A new knob in a future frontend is one new entry here plus one module under ``subjects/``.
+probe and the suites) and by the runner and the service. ``docs/adding-a-subject.md`` says how
+to add a subject, and how ``FE_CI_EXTRA_SUBJECTS`` adds one without touching this file (tests).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 FAMILIES: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
+LEDGER_PATH = Path(__file__).with_name("ledger.json")
+EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
 
 
 @dataclass(frozen=True)
@@ -27,45 +46,177 @@ class Subject:
     # Extra keyword arguments the entry point needs for this subject (e.g. act_func="dswiglu").
     fixed_kwargs: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    # Where older releases keep the entry point, tried in order after ``entry_point``.
+    alternates: tuple[str, ...] = ()
+    # The module with ``SUBJECT`` (and, if compile_only, ``compile_target``); "" = subjects/<name>.
+    module: str = ""
+    # Whether the CuTe DSL can compile its sm_100a kernels on a host without such a GPU.
+    compile_only: bool = False
+    # The reference consumer's activation served by this entry point, and TransformerEngine's
+    # grouped-MLP class whose gate decides it ("" where no consumer row covers the subject).
+    activation: str = ""
+    consumer_class: str = ""
+    # What the version ledger says when the build has / lacks the knob ("" = the usual wording).
+    has: str = ""
+    lacks: str = ""
 
+    @property
+    def entry_points(self) -> tuple[str, ...]:
+        return (self.entry_point, *self.alternates)
+
+    @property
+    def module_name(self) -> str:
+        return self.module or f"runner.inside.subjects.{self.name}"
+
+    @property
+    def feature(self) -> str:
+        """The ledger's id of this subject's knob."""
+        return f"{self.name}.{self.knob}"
+
+    def load(self) -> Any:
+        """The harness object (``SUBJECT``) of the subject's module."""
+        return importlib.import_module(self.module_name).SUBJECT
+
+
+@dataclass(frozen=True)
+class Feature:
+    """Something the probe detects on a build, whose release history the ledger keeps.
+
+    ``detect`` is ``{"method": "parameter", "parameter": P, "read": "signature" | "docstring"}``
+    (the entry point takes P) or ``{"method": "doc_pattern", "pattern": RE}`` (RE is found in the
+    entry point's ``__doc__``). The first of ``entry_points`` this build has answers.
+    """
+
+    id: str
+    subject: str
+    entry_points: tuple[str, ...]
+    detect: Mapping[str, str]
+    has: str
+    lacks: str
+    mismatch_effect: str = ""
+    predates_effect: str = ""
+
+
+def knob_feature(s: Subject) -> Feature:
+    short = s.entry_point.rsplit(".", 1)[-1]
+    return Feature(
+        id=s.feature,
+        subject=s.name,
+        entry_points=s.entry_points,
+        detect={"method": "parameter", "parameter": s.knob, "read": s.probe_method},
+        has=s.has or f"{short} already takes '{s.knob}'",
+        lacks=s.lacks or f"{short} has no '{s.knob}' parameter",
+    )
+
+
+BUILTIN_SUBJECTS: tuple[Subject, ...] = (
+    Subject(
+        name="grouped_gemm_dsrelu",
+        entry_point="cudnn.grouped_gemm_dsrelu_wrapper_sm100",
+        knob="deterministic",
+        families=("sm_100",),
+        outputs=("dprob", "dbias"),
+        note="default None follows torch.use_deterministic_algorithms",
+        compile_only=True,
+        activation="srelu",
+        consumer_class="GroupedMLP_CuTeGEMMUnary",
+    ),
+    Subject(
+        name="grouped_gemm_dglu",
+        entry_point="cudnn.grouped_gemm_dglu_wrapper_sm100",
+        knob="deterministic",
+        families=("sm_100",),
+        outputs=("dprob",),
+        fixed_kwargs={"act_func": "dswiglu"},
+        note="documented not to cover dbias",
+        compile_only=True,
+        activation="swiglu",
+        consumer_class="GroupedMLP_CuTeGEMMGLU",
+    ),
+    Subject(
+        name="flex_attention_bwd",
+        entry_point="cudnn.flex_attention.flex_attn_func",
+        knob="deterministic",
+        families=("sm_90", "sm_100"),
+        outputs=("dq", "dk", "dv"),
+        has="cudnn.flex_attention.flex_attn_func already takes 'deterministic'",
+        lacks="the build has no cudnn.flex_attention.flex_attn_func taking 'deterministic'",
+    ),
+    Subject(
+        name="sdpa_bwd",
+        entry_point="cudnn._compiled_module.backend_graph.sdpa_backward",
+        knob="use_deterministic_algorithm",
+        families=("sm_80", "sm_90", "sm_100"),
+        outputs=("dq", "dk", "dv"),
+        probe_method="docstring",
+        alternates=("cudnn._compiled_module.pygraph.sdpa_backward",),
+    ),
+)
+
+# Features that are not a subject's knob but still tell a version's truth.
+OTHER_FEATURES: tuple[Feature, ...] = (
+    Feature(
+        id="grouped_gemm_quant.optional_prob_tensor",
+        subject="grouped_gemm_quant",
+        entry_points=("cudnn.grouped_gemm_quant_wrapper_sm100",),
+        detect={"method": "doc_pattern", "pattern": r"prob_tensor:\s+Optional\b"},
+        has="grouped_gemm_quant_wrapper_sm100 already documents prob_tensor as optional",
+        lacks="grouped_gemm_quant_wrapper_sm100 still requires prob_tensor",
+        mismatch_effect="a consumer's version gate would pass prob_tensor=None and the call "
+        "would fail with 'prob_tensor is required'",
+        predates_effect="a consumer's version gate would still build a unit probability tensor "
+        "it does not need",
+    ),
+)
+
+
+def _extension() -> ModuleType | None:
+    """The file named by ``FE_CI_EXTRA_SUBJECTS``, its folder put on ``sys.path`` (tests)."""
+    path = os.environ.get(EXTRA_SUBJECTS_ENV)
+    if not path:
+        return None
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location("fe_ci_extra_subjects", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{EXTRA_SUBJECTS_ENV}={path!r} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_EXTRA = _extension()
 
 SUBJECTS: dict[str, Subject] = {
-    s.name: s
-    for s in (
-        Subject(
-            name="grouped_gemm_dsrelu",
-            entry_point="cudnn.grouped_gemm_dsrelu_wrapper_sm100",
-            knob="deterministic",
-            families=("sm_100",),
-            outputs=("dprob", "dbias"),
-            note="default None follows torch.use_deterministic_algorithms",
-        ),
-        Subject(
-            name="grouped_gemm_dglu",
-            entry_point="cudnn.grouped_gemm_dglu_wrapper_sm100",
-            knob="deterministic",
-            families=("sm_100",),
-            outputs=("dprob",),
-            fixed_kwargs={"act_func": "dswiglu"},
-            note="documented not to cover dbias",
-        ),
-        Subject(
-            name="flex_attention_bwd",
-            entry_point="cudnn.flex_attention.flex_attn_func",
-            knob="deterministic",
-            families=("sm_90", "sm_100"),
-            outputs=("dq", "dk", "dv"),
-        ),
-        Subject(
-            name="sdpa_bwd",
-            entry_point="cudnn._compiled_module.backend_graph.sdpa_backward",
-            knob="use_deterministic_algorithm",
-            families=("sm_80", "sm_90", "sm_100"),
-            outputs=("dq", "dk", "dv"),
-            probe_method="docstring",
-        ),
-    )
+    s.name: s for s in (*BUILTIN_SUBJECTS, *(getattr(_EXTRA, "SUBJECTS", None) or ()))
 }
+
+FEATURES: tuple[Feature, ...] = (
+    *(knob_feature(s) for s in SUBJECTS.values()),
+    *OTHER_FEATURES,
+    *(getattr(_EXTRA, "FEATURES", None) or ()),
+)
+
+
+def release_history(path: Path = LEDGER_PATH) -> dict[str, dict[str, Any]]:
+    """The ledger's release history by feature id: ``since``, ``missing_in``, sources."""
+    with open(path) as fh:
+        entries: list[dict[str, Any]] = json.load(fh)["features"]
+    history = {e["id"]: e for e in entries}
+    history.update({e["id"]: e for e in getattr(_EXTRA, "HISTORY", None) or ()})
+    return history
+
+
+def knob_release(name: str) -> str:
+    """The releases whose entry point takes the subject's knob, for advice: "1.28.0 or later"."""
+    entry = release_history().get(SUBJECTS[name].feature)
+    if entry is None:
+        return "a release"
+    missing = entry.get("missing_in") or []
+    gaps = f" (not {', '.join(missing)})" if missing else ""
+    return f"{entry['since']} or later{gaps}"
 
 
 def family_of(major: int, minor: int) -> str | None:
@@ -81,3 +232,8 @@ def family_of(major: int, minor: int) -> str | None:
 
 def subjects_for_family(family: str) -> list[Subject]:
     return [s for s in SUBJECTS.values() if family in s.families]
+
+
+def consumer_subjects() -> dict[str, Subject]:
+    """The subjects the reference consumer serves, by activation, in registry order."""
+    return {s.activation: s for s in SUBJECTS.values() if s.activation}

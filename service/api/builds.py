@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from runner.wire import BuildReport, BuildsPage, JobState
 from service import notify, queue, reports
+from service.build_list import filtered_builds
 from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Build, Job, utcnow
@@ -28,18 +29,8 @@ def list_builds(
     branch: str | None = None,
     verdict: str | None = None,
 ) -> BuildsPage:
-    stmt = (
-        select(Build).options(selectinload(Build.jobs)).order_by(Build.id.desc()).limit(limit + 1)
-    )
-    if cursor is not None:
-        stmt = stmt.where(Build.id < cursor)
-    if source:
-        stmt = stmt.where(Build.source == source)
-    if branch:
-        stmt = stmt.where(Build.branch == branch)
-    if verdict:
-        stmt = stmt.where(Build.verdict == verdict)
-    rows = list(session.scalars(stmt))
+    stmt = filtered_builds(cursor=cursor, source=source, branch=branch, verdict=verdict)
+    rows = list(session.scalars(stmt.options(selectinload(Build.jobs)).limit(limit + 1)))
     more = len(rows) > limit
     rows = rows[:limit]
     return BuildsPage(items=[summary(b) for b in rows], next_cursor=rows[-1].id if more else None)

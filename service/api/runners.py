@@ -31,7 +31,7 @@ from runner.wire import (
     Stage,
     StagePost,
 )
-from service import lines, memory, notify, queue, uploads
+from service import feature_regression, memory, notify, queue, uploads
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
 from service.models import Artifact, Job, Runner, utcnow
@@ -197,11 +197,11 @@ def post_stage(
         raise BadRequest(f"stage {body.result.name} is not part of job {job_id}")
     result = body.result
     if result.name == Stage.probe:
-        result = lines.with_line_severity(session, job.build, result)
+        result = feature_regression.with_line_severity(session, job.build, result)
     row = store_stage(session, job, result)
     session.flush()
     if body.result.name == Stage.probe:
-        lines.add_line_findings(session, job.build, job)
+        feature_regression.add_line_findings(session, job.build, job)
     queue.refresh_build(session, job.build_id)
     session.commit()
     return {"stage_id": row.id}

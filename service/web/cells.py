@@ -14,7 +14,7 @@ from datetime import datetime
 
 from runner.inside.registry import FAMILIES, SUBJECTS
 from runner.verdict import no_runner
-from runner.wire import BuildStatus, JobKind, JobState, Stage, Status, Verdict
+from runner.wire import JobKind, JobState, Stage, Status, Verdict
 
 # Worst first: the state a cell shows when several jobs or checks disagree.
 _SEVERITY = (
@@ -104,18 +104,6 @@ def worst(states: Iterable[str]) -> str:
 
 def waiting_text(family: str | None) -> str:
     return f"waiting for an {family} runner" if family else "waiting for a runner"
-
-
-def build_status(cancelled: bool, jobs: Sequence[JobView]) -> BuildStatus:
-    """The same rule as the report's build status, over job views."""
-    if cancelled:
-        return BuildStatus.cancelled
-    states = {j.state for j in jobs}
-    if states and states <= {JobState.finished, JobState.cancelled}:
-        return BuildStatus.finished
-    if JobState.leased in states or JobState.finished in states:
-        return BuildStatus.running
-    return BuildStatus.queued
 
 
 def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:

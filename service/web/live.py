@@ -23,7 +23,8 @@ from service.config import Settings
 from service.deps import IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, utcnow
-from service.web.cells import build_status, job_stage_cell, verdict_cell
+from service.report import status_of
+from service.web.cells import job_stage_cell, verdict_cell
 from service.web.queries import alive, load_jobs
 
 router = APIRouter(include_in_schema=False)
@@ -39,7 +40,7 @@ def snapshot(session: Session, settings: Settings, build_id: int, now: datetime)
         raise NotFound(f"no build {build_id}")
     jobs = load_jobs(session, [build_id]).get(build_id, [])
     families = alive(session, settings, now)
-    status = build_status(build.cancelled_at is not None, jobs)
+    status = status_of(cancelled=build.cancelled_at is not None, job_states=(j.state for j in jobs))
     verdict = verdict_cell(build.verdict, build.verdict_reason, jobs)
     out_jobs = []
     for job in jobs:

@@ -9,23 +9,23 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from runner.inside.registry import SUBJECTS
 from runner.wire import STAGE_ORDER, Stage
+from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
 from service.queue import alive_families
+from service.report import status_of
 from service.web.cells import (
     CapView,
     Cell,
     CheckView,
     JobView,
     StageView,
-    build_status,
     stage_cells,
     subject_cell,
     verdict_cell,
@@ -76,21 +76,6 @@ class GridRow:
 class GridPage:
     rows: list[GridRow]
     next_cursor: int | None
-
-
-def filtered_builds(
-    *, cursor: int | None, source: str | None, branch: str | None, verdict: str | None
-) -> Select[Any]:
-    stmt: Select[Any] = select(Build).order_by(Build.id.desc())
-    if cursor is not None:
-        stmt = stmt.where(Build.id < cursor)
-    if source:
-        stmt = stmt.where(Build.source == source)
-    if branch:
-        stmt = stmt.where(Build.branch == branch)
-    if verdict:
-        stmt = stmt.where(Build.verdict == verdict)
-    return stmt
 
 
 def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]]:
@@ -236,7 +221,7 @@ def grid_row(
         message=build.message,
         submitted_by=build.submitted_by,
         created_at=build.created_at,
-        status=build_status(cancelled, jobs).value,
+        status=status_of(cancelled=cancelled, job_states=(j.state for j in jobs)).value,
         verdict=verdict_cell(build.verdict, build.verdict_reason, jobs),
         stages={
             s.value: stage_cells(

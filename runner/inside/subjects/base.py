@@ -11,7 +11,6 @@ inside ``prepare``, never at module import, so a CPU-only host can load every su
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,38 +54,16 @@ class Subject(Protocol):
     def prepare(self, config: Config, device: torch.device) -> Workload: ...
 
 
-def resolve(dotted: str) -> Any:
-    """Import ``cudnn.a.b.attr`` and return the attribute (raises ImportError/AttributeError)."""
-    import importlib
-
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            if cut == 1:
-                raise
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(dotted)
-
-
 def knob_present(entry_point: str, knob: str, method: str) -> tuple[bool, str]:
-    """Whether the entry point takes the knob, as the probe would answer: (present, why)."""
+    """Whether the entry point takes the knob, read as the probe reads it: (present, why)."""
+    from runner.inside import introspect
+
     try:
-        fn = resolve(entry_point)
-    except Exception as exc:  # any import failure means the subject is not there
-        return False, f"{entry_point} not importable: {type(exc).__name__}: {exc}"
-    if method == "docstring":
-        first = (getattr(fn, "__doc__", "") or "").strip().splitlines()[:1]
-        found = bool(first) and f"{knob}:" in first[0]
-    else:
-        try:
-            found = knob in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            found = False
+        fn = introspect.resolve(entry_point)
+    except (introspect.Absent, introspect.ImportFailed) as exc:  # the subject is not there
+        return False, f"{entry_point} not importable: {introspect.describe(exc.cause)}"
+    params, _ = introspect.read_parameters(fn, method)
+    found = params is not None and knob in params
     return found, "" if found else f"{entry_point} has no '{knob}'"
 
 
@@ -226,7 +203,9 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     import re
     import time
 
-    module = importlib.import_module(f"runner.inside.subjects.{params['subject']}")
+    from runner.inside.registry import SUBJECTS
+
+    module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}
     config = configs[params.get("config") or module.SUBJECT.configs[1].name]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from runner import compare
 from runner.wire import Capability, Finding, Severity, StageResult
 from service.models import Build, CapabilityRow, FindingRow, Job
+from service.report import merge_capabilities
 
 LINE_KINDS = ("feature_regression",)
 
@@ -21,21 +22,7 @@ def _capabilities(session: Session, build_id: int) -> dict[str, Capability]:
     rows = session.scalars(
         select(CapabilityRow).where(CapabilityRow.build_id == build_id).order_by(CapabilityRow.id)
     )
-    out: dict[str, Capability] = {}
-    for r in rows:
-        out.setdefault(
-            r.subject,
-            Capability(
-                importable=r.importable,
-                knob=r.knob,
-                present=r.present,
-                default=r.default,
-                method=r.method,
-                error=r.error,
-                entry_point=r.entry_point,
-            ),
-        )
-    return out
+    return merge_capabilities(rows)
 
 
 def _version(text: str | None) -> Version | None:

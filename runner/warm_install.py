@@ -1,0 +1,162 @@
+"""The warm path: the candidate's dependencies from a shared, read-only dependency layer.
+
+A layer (``runner.layers``) is keyed by the resolved dependency set and built once; the job's venv
+installs the candidate wheel alone (``install_warm``). uv's ``pip install`` does not see system
+site packages, so torch is taken out of its resolution by an override and the host's torch is
+checked against every requirement afterwards instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import envs, layers, sandbox
+
+
+def ensure_layer(
+    meta: envs.WheelMetadata,
+    *,
+    layers_dir: Path,
+    timeout_s: float,
+    index_url: str | None = None,
+    wheelhouse: Path | None = None,
+    installer: str | None = None,
+) -> layers.Layer | None:
+    """The dependency layer of ``meta``'s resolved dependency set: reused, or built once.
+
+    None when the candidate declares nothing to install. Raises ``LayerError`` (with the
+    resolver's message) when the layer cannot be built, or must not be used.
+    """
+    torch = envs.host_torch()
+    spec = layers.layer_spec(
+        meta.requires,
+        envs.install_extras(meta),
+        torch=torch.version if torch else None,
+        index_url=index_url,
+        wheelhouse=wheelhouse,
+        installer=installer or envs.choose_installer(),
+    )
+    if not spec.requirements:
+        return None
+    root = layers_dir / spec.key
+    found = layers.usable(root, spec)
+    if found is not None:
+        return found
+    with layers.locked(layers_dir / f"{spec.key}.lock", timeout_s):
+        found = layers.usable(root, spec)  # another runner built it while we waited
+        if found is not None:
+            return found
+        return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch)
+
+
+def _build_layer(
+    spec: layers.LayerSpec,
+    root: Path,
+    timeout_s: float,
+    index_url: str | None,
+    wheelhouse: Path | None,
+    torch: envs.HostTorch | None,
+) -> layers.Layer:
+    start = time.monotonic()
+    for stale in root.parent.glob(f".build-{spec.key}-*"):  # a runner that died mid-build
+        layers.remove(stale)
+    tmp = root.parent / f".build-{spec.key}-{os.getpid()}"
+    try:
+        env = envs.create_env(tmp / "venv")
+        (tmp / "requirements.txt").write_text("".join(f"{r}\n" for r in spec.requirements))
+        constraints = overrides = None
+        if torch is not None:
+            constraints = tmp / "constraints.txt"
+            constraints.write_text(f"torch=={torch.version}\n")
+            if spec.installer == "uv":  # uv cannot see the host's torch: keep torch out entirely
+                overrides = tmp / "overrides.txt"
+                overrides.write_text('torch ; python_version < "0"\n')
+                constraints = None
+        cmd = envs.install_command(
+            spec.installer,
+            env,
+            ["-r", str(tmp / "requirements.txt")],
+            constraints=constraints,
+            overrides=overrides,
+            index_url=index_url,
+            wheelhouse=wheelhouse,
+            compile_bytecode=True,
+        )
+        outcome = sandbox.run(
+            cmd, timeout_s=timeout_s, log_path=tmp / "install.log", env=envs.installer_env()
+        )
+        if not outcome.ok:
+            raise layers.LayerError(
+                f"{spec.installer} could not build the layer ({outcome.describe()})\n"
+                + outcome.log_tail
+            )
+        site = env.site_packages()
+        if bad := layers.frontend_in(site):
+            raise layers.LayerError(f"the layer would contain the frontend ({', '.join(bad)})")
+        dists = layers.layer_dists(site)
+        if "torch" in dists:
+            raise layers.LayerError("the layer would contain a torch of its own")
+        problems = layers.check_env(
+            env.python, [("the candidate", list(spec.requirements), set())], [*dists, "torch"]
+        )
+        if problems:
+            raise layers.LayerError("dependency conflict: " + "; ".join(problems[:5]))
+        # the layer is shared by runners whose torch lives elsewhere: each job's env points at
+        # its own runner's torch, never at the one that happened to build the layer
+        (site / envs.HOST_TORCH_PTH).unlink(missing_ok=True)
+        doc = {"spec": spec.__dict__, "dists": dists, "built_s": time.monotonic() - start}
+        (tmp / "layer.json").write_text(json.dumps(doc, indent=1, default=list))
+        layers.read_only(tmp)
+        os.rename(tmp, root)
+    except BaseException:
+        layers.remove(tmp)
+        raise
+    return layers.Layer(root=root, spec=spec, built_s=time.monotonic() - start)
+
+
+@dataclass
+class WarmInstall:
+    outcome: sandbox.Outcome
+    layer: layers.Layer | None
+    installer: str
+    problems: list[str]
+
+
+def install_warm(
+    env: envs.CandidateEnv,
+    wheel: Path,
+    *,
+    layers_dir: Path,
+    log_path: Path,
+    timeout_s: float,
+    index_url: str | None = None,
+    wheelhouse: Path | None = None,
+) -> WarmInstall:
+    """The candidate alone (``--no-deps``) into ``env``, its dependencies from a shared layer.
+
+    Raises ``LayerError`` when no layer can serve; the caller then installs the plain way.
+    """
+    meta = envs.read_wheel_metadata(wheel)
+    installer = envs.choose_installer()
+    layer = ensure_layer(
+        meta,
+        layers_dir=layers_dir,
+        timeout_s=timeout_s,
+        index_url=index_url,
+        wheelhouse=wheelhouse,
+        installer=installer,
+    )
+    if layer is not None:
+        layers.attach(env.site_packages(), layer)
+    cmd = envs.install_command(installer, env, [str(wheel.resolve())], no_deps=True)
+    outcome = sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=envs.installer_env())
+    problems: list[str] = []
+    if outcome.ok:
+        also = [*(layers.layer_dists(layer.site_packages) if layer else []), "torch"]
+        owner = (f"{meta.name} {meta.version}", list(meta.requires), set(envs.install_extras(meta)))
+        problems = layers.check_env(env.python, [owner], also)
+    return WarmInstall(outcome=outcome, layer=layer, installer=installer, problems=problems)
