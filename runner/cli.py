@@ -23,6 +23,7 @@ import typer
 
 from runner import envs, labels, localreport, memory, pipeline
 from runner.config import RunnerSettings
+from runner.inside.registry import SUBJECTS
 from runner.verdict import EXIT_CODES
 from runner.wire import (
     STAGE_ORDER,
@@ -236,6 +237,16 @@ def _parse_stages(text: str | None) -> list[Stage]:
     return out
 
 
+def _parse_subjects(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in SUBJECTS]
+    if unknown:
+        raise fail(f"unknown subject(s) {unknown}; subjects: {', '.join(SUBJECTS)}")
+    return names
+
+
 def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedConfig]]:
     """The previous report's capabilities (feature regression) and chosen configs (its start)."""
     try:
@@ -287,6 +298,12 @@ def validate(
     work_dir: Annotated[
         Path | None, typer.Option(metavar="DIR", help="keep the environment and logs here")
     ] = None,
+    subjects: Annotated[
+        str | None, typer.Option(help="comma-separated subjects for determinism and numerics")
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(help="run the selected subjects at this config, no escalation")
+    ] = None,
 ) -> None:
     """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
 
@@ -298,6 +315,7 @@ def validate(
     if wheel is None and not preinstalled:
         raise fail("give a WHEEL, or --preinstalled to validate the importable candidate")
     selected = _parse_stages(stages)
+    chosen_subjects = _parse_subjects(subjects)
     version = None
     if wheel is not None:
         if not wheel.is_file():
@@ -322,6 +340,8 @@ def validate(
         gpu=gpu.get("gpu"),
         previous=prev,
         remembered=remembered,
+        subjects=chosen_subjects,
+        pin_config=config,
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
     typer.echo(

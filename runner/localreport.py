@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from runner import pipeline
+from runner import pipeline, repro
 from runner.verdict import judge
 from runner.wire import (
     BuildReport,
@@ -94,7 +94,7 @@ def local_report(
     judgement = judge(report)
     report.verdict, report.verdict_reason = judgement.verdict, judgement.reason
     report.not_run = judgement.not_run
-    return report
+    return repro.attach(report)
 
 
 def print_report(report: BuildReport) -> None:

@@ -77,6 +77,8 @@ class Options:
     start_configs: dict[str, str] = field(default_factory=dict)  # {subject: config}, as given
     # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's
     remembered: list[RememberedConfig] = field(default_factory=list)
+    subjects: list[str] | None = None  # determinism/numerics: these subjects only (None: all)
+    pin_config: str | None = None  # run at this config, no escalation (a repro line's --config)
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
@@ -376,6 +378,8 @@ class Pipeline:
             "control_share": o.control_share,
             "start_configs": o.start_configs,
             "remembered": [r.model_dump() for r in o.remembered],
+            "subjects": o.subjects,
+            "pin_config": o.pin_config,
             "negative_control": o.negative_control,
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,

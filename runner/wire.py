@@ -90,6 +90,7 @@ class Check(_Model):
     status: Status
     detail: str = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
+    repro: str | None = None  # failing or inconclusive: the one command that reproduces it
 
 
 class Finding(_Model):
@@ -266,6 +267,22 @@ class NotRun(_Model):
     reason: str
 
 
+class HistoryRow(_Model):
+    """One subject on one job, against the previous build that ran the same comparable key."""
+
+    job_id: int | None = None
+    family: str | None = None
+    subject: str
+    config: str | None = None
+    bits: str  # "unchanged" | "changed" | "first" (no earlier build ran this key)
+    changed: dict[str, float | None] = Field(default_factory=dict)  # output -> max |d| on sample
+    previous_build_id: int | None = None
+    cost_ratio: float | None = None  # median deterministic-arm run over median control-arm run
+    previous_cost_ratio: float | None = None
+    cost_regressed: bool = False
+    timer: str | None = None  # "cuda_events" | "perf_counter"
+
+
 class BuildReport(_Model):
     id: int | None = None
     source: str  # "wheel" | "commit"
@@ -287,6 +304,7 @@ class BuildReport(_Model):
     drift: list[DriftReport] = Field(default_factory=list)
     refusal: list[RefusalReport] = Field(default_factory=list)
     not_run: list[NotRun] = Field(default_factory=list)  # every subject that did not run, why
+    history: list[HistoryRow] = Field(default_factory=list)
 
 
 class BuildSummary(_Model):

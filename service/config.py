@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=120, ge=1)
     max_upload_mb: int = Field(default=1024, ge=1)
     sweep_interval_s: float = Field(default=5.0, gt=0)
+    # determinism_cost_regressed: the deterministic/control ratio grew more than this factor
+    cost_factor: float = Field(default=1.25, gt=1.0)
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

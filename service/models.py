@@ -246,7 +246,38 @@ class FinishedReport(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-PER_JOB_TABLES: tuple[type[_PerJob], ...] = (FindingRow, CapabilityRow, DriftRowDB, RefusalRowDB)
+class DeterminismRecord(_PerJob, Base):
+    """One subject's deterministic arm on one job, compared with the previous comparable build.
+
+    ``key`` is ``runner.history.comparable_key`` of the measurement's comparable fields;
+    ``measured`` keeps what the next build compares against (digests, sample, cost).
+    """
+
+    __tablename__ = "determinism_records"
+
+    family: Mapped[str | None] = mapped_column(String(16))
+    subject: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(64), index=True)
+    config: Mapped[str | None] = mapped_column(String(200))
+    measured: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    bits: Mapped[str] = mapped_column(String(16))
+    changed: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    previous_build_id: Mapped[int | None] = mapped_column(
+        ForeignKey("builds.id", ondelete="SET NULL")
+    )
+    cost_ratio: Mapped[float | None] = mapped_column(Float)
+    previous_cost_ratio: Mapped[float | None] = mapped_column(Float)
+    cost_regressed: Mapped[bool] = mapped_column(Boolean, default=False)
+    timer: Mapped[str | None] = mapped_column(String(16))
+
+
+PER_JOB_TABLES: tuple[type[_PerJob], ...] = (
+    FindingRow,
+    CapabilityRow,
+    DriftRowDB,
+    RefusalRowDB,
+    DeterminismRecord,
+)
 
 
 class WebhookDelivery(Base):

@@ -8,6 +8,7 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from runner import repro
 from runner.verdict import judge
 from runner.wire import (
     BuildReport,
@@ -28,6 +29,7 @@ from runner.wire import (
     Status,
     Verdict,
 )
+from service.history import history_rows
 from service.models import (
     Build,
     CapabilityRow,
@@ -154,12 +156,13 @@ def build_report(session: Session, build: Build) -> BuildReport:
             for d in drift
         ],
         refusal=[RefusalReport.model_validate(_columns(r)) for r in refusal],
+        history=history_rows(session, build.id),
     )
     judgement = judge(report)
     report.verdict = judgement.verdict
     report.verdict_reason = judgement.reason
     report.not_run = judgement.not_run
-    return report
+    return repro.attach(report)
 
 
 def once_per_build(rows: list[FindingRow]) -> list[Finding]:

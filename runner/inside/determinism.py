@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from runner.inside import stats
+from runner.inside import bits, stats
 from runner.inside.comparable import pick_start_configs
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.registry import SUBJECTS, family_of
@@ -96,6 +96,8 @@ class Arm:
     runs: int = 0
     varying_runs: int = 0  # runs (after run 0) in which any output differed from run 0
     run_s: float = 0.0
+    times: list[float] = field(default_factory=list)  # each run alone, by ``timer``
+    timer: str = "perf_counter"
     stopped_by: str | None = None
     luck_probability: float | None = None
 
@@ -130,11 +132,14 @@ class Arm:
         self.runs += 1
 
     def run_once(self, workload: Workload, device: torch.device) -> None:
+        timer = bits.RunTimer(device)
         synchronize(device)
         start = time.perf_counter()
-        outs = workload.run(self.knob)
+        outs, took = timer.time(lambda: workload.run(self.knob))
         synchronize(device)
         self.run_s += time.perf_counter() - start
+        self.times.append(took)
+        self.timer = timer.method
         self.add(outs)
 
     def drift_rows(self, subject: str, config: Config) -> list[DriftDoc]:
@@ -246,16 +251,22 @@ def pick_config(
     s: Settings,
     start: str | None,
     start_from: int | None = None,
+    pin: str | None = None,
 ) -> tuple[Tried, list[dict[str, Any]], str]:
     """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink.
 
-    ``start_from`` is the build that chose ``start``, said in the reason.
+    ``start_from`` is the build that chose ``start``, said in the reason. ``pin`` (a repro line's
+    ``--config``) runs that config alone, whatever its control does.
     """
     names = [c.name for c in subject.configs]
-    first = names.index(start) if start in names else 0
+    if pin is not None and pin not in names:
+        raise ValueError(f"{subject.name} has no config {pin!r}; configs: {', '.join(names)}")
+    begin = pin if pin is not None else start
+    first = names.index(begin) if begin in names else 0
+    configs = subject.configs[first : first + 1] if pin is not None else subject.configs[first:]
     history: list[dict[str, Any]] = []
     best: Tried | None = None
-    for config in subject.configs[first:]:
+    for config in configs:
         workload, took = _prepare(subject, config, device)
         control = run_control(workload, device, s.repeats)
         history.append(
@@ -282,6 +293,8 @@ def pick_config(
         remembered = f"remembered config {start}{source} is not a config of this subject"
     else:
         remembered = "no remembered config"
+    if pin is not None:
+        remembered = f"config {pin} pinned by --config"
     if best.control.share >= s.control_share:
         if best.config.name == start:
             why = f"{remembered}: its control still varied in {k} of {n} comparisons"
@@ -381,6 +394,7 @@ def measure_subject(
     *,
     start_config: str | None = None,
     start_from: int | None = None,
+    pin_config: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
     """The whole determinism verdict for one subject, plus its numerics, on ``device``.
@@ -389,7 +403,7 @@ def measure_subject(
     the check's ``metrics.start`` says whether it was kept or escalated from.
     """
     s = settings
-    best, history, why = pick_config(subject, device, s, start_config, start_from)
+    best, history, why = pick_config(subject, device, s, start_config, start_from, pin_config)
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
@@ -407,6 +421,7 @@ def measure_subject(
         log(f"{subject.name}: {status} at {best.config.name}: {detail}")
     metrics = {
         "config": best.config.describe(),
+        "config_name": best.config.name,
         "config_reason": why,
         "escalation": history,
         "control": {"varying": k, "comparisons": n, "share": round(control.share, 4)},
@@ -424,6 +439,10 @@ def measure_subject(
             name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
             for name, o in det.outputs.items()
         },
+        # what the next comparable build compares against (runner/inside/bits.py)
+        "digests": {name: o.digests[0] for name, o in det.outputs.items() if o.digests},
+        "sample": {name: bits.sample(t) for name, t in det.first.items()},
+        "cost": bits.cost(control.times, det.times, det.timer),
     }
     check: CheckDoc = {
         "name": f"{subject.name}.deterministic",
@@ -432,6 +451,8 @@ def measure_subject(
         "metrics": metrics,
     }
     numerics = _numerics(subject.name, best.workload, det, best.config)
+    for c in numerics:
+        c["metrics"]["config_name"] = best.config.name
     drift = control.drift_rows(subject.name, best.config) + det.drift_rows(
         subject.name, best.config
     )
@@ -652,6 +673,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
                 settings,
                 start_config=start.get("config"),
                 start_from=start.get("build_id"),
+                pin_config=params.get("pin_config"),
                 log=log.info,
             )
         except Exception as exc:  # one subject's crash must not hide the others' results
@@ -663,6 +685,9 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         finally:
             if device is not None:
                 torch.cuda.empty_cache()
+        outcome.check["metrics"]["comparable"] = bits.comparable(
+            name, outcome.config or "", family, environment, bits.inputs_id(module.__file__)
+        )
         checks.append(outcome.check)
         numerics += outcome.numerics
         drift += outcome.drift

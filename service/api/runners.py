@@ -31,7 +31,7 @@ from runner.wire import (
     Stage,
     StagePost,
 )
-from service import feature_regression, memory, notify, queue, uploads
+from service import feature_regression, history, memory, notify, queue, uploads
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
 from service.models import Artifact, Job, Runner, utcnow
@@ -189,7 +189,7 @@ def heartbeat_job(
 
 @router.post("/jobs/{job_id}/stages", status_code=201)
 def post_stage(
-    job_id: IdPath, body: StagePost, session: SessionDep, runner: RunnerDep
+    job_id: IdPath, body: StagePost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
 ) -> dict[str, int]:
     """Store one finished stage of the job (idempotent per stage name)."""
     job = _leased_job(session, runner, job_id, body.lease_token)
@@ -200,6 +200,7 @@ def post_stage(
         result = feature_regression.with_line_severity(session, job.build, result)
     row = store_stage(session, job, result)
     session.flush()
+    history.record_determinism(session, job, body.result, settings.cost_factor)
     if body.result.name == Stage.probe:
         feature_regression.add_line_findings(session, job.build, job)
     queue.refresh_build(session, job.build_id)

@@ -1,0 +1,119 @@
+"""What changed since the previous comparable build: deterministic bits and the cost of determinism.
+
+Pure functions over the ``<subject>.deterministic`` check's metrics (``runner/inside/bits.py``
+writes them), so the service (which has the history) and a local comparison share one rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.wire import Finding, Severity
+
+# What must match for two measurements to be compared: ``runner.inside.comparable.ComparableKey``
+# (whose ``ConfigKey`` subset keys remembered configs) plus the inputs' identity.
+KEY_FIELDS = ("subject", "config", "family", "gpu", "torch", "cudnn_backend", "inputs")
+DEFAULT_COST_FACTOR = 1.25
+
+
+def comparable_key(fields: Mapping[str, Any], names: tuple[str, ...] = KEY_FIELDS) -> str:
+    """A stable digest of ``fields`` restricted to ``names`` (missing ones count as None)."""
+    parts = {name: fields.get(name) for name in names}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def comparable(metrics: Mapping[str, Any]) -> bool:
+    """Only an exact deterministic arm, measured with its knob on, has bits worth comparing."""
+    outputs = metrics.get("outputs") or {}
+    return (
+        bool(metrics.get("comparable"))
+        and bool(metrics.get("digests"))
+        and not metrics.get("negative_control")
+        and all(o.get("distinct") == 1 and o.get("finite") for o in outputs.values())
+    )
+
+
+def sample_max_abs_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> float | None:
+    """Largest |a - b| over the sampled positions where both are finite; None if not comparable."""
+    if not a or not b or (a.get("stride"), a.get("numel")) != (b.get("stride"), b.get("numel")):
+        return None
+    diffs = [
+        abs(x - y)
+        for x, y in zip(a.get("values") or [], b.get("values") or [], strict=False)
+        if x is not None and y is not None
+    ]
+    return max(diffs) if diffs else None
+
+
+@dataclass
+class Comparison:
+    bits: str  # "first" | "unchanged" | "changed"
+    changed: dict[str, float | None] = field(default_factory=dict)
+    cost_ratio: float | None = None
+    previous_cost_ratio: float | None = None
+    cost_regressed: bool = False
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _ratio(metrics: Mapping[str, Any] | None) -> float | None:
+    value = ((metrics or {}).get("cost") or {}).get("ratio")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def compare(
+    subject: str,
+    current: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    previous_build: int | None,
+    factor: float = DEFAULT_COST_FACTOR,
+) -> Comparison:
+    """This build's deterministic arm against the previous build that ran the same key."""
+    ratio = _ratio(current)
+    if previous is None:
+        return Comparison(bits="first", cost_ratio=ratio)
+    where = f"{subject} at {current.get('config_name')} on {current['comparable'].get('gpu')}"
+    now, before = current.get("digests") or {}, previous.get("digests") or {}
+    changed = {
+        out: sample_max_abs_diff(
+            (current.get("sample") or {}).get(out), (previous.get("sample") or {}).get(out)
+        )
+        for out in sorted(now)
+        if before.get(out) != now[out]
+    }
+    out = Comparison(bits="changed" if changed else "unchanged", changed=changed, cost_ratio=ratio)
+    if changed:
+        parts = ", ".join(
+            f"{o} (max |d| {d:.3g} on a sampled subset)" if d is not None else f"{o}"
+            for o, d in changed.items()
+        )
+        out.findings.append(
+            Finding(
+                kind="deterministic_bits_changed",
+                severity=Severity.warning,
+                subject=subject,
+                message=(
+                    f"{where}: the deterministic arm's bytes differ from build {previous_build}: "
+                    f"{parts}; a bit-exact run on that build does not reproduce on this one"
+                ),
+            )
+        )
+    out.previous_cost_ratio = _ratio(previous)
+    if ratio is not None and out.previous_cost_ratio and ratio > out.previous_cost_ratio * factor:
+        out.cost_regressed = True
+        out.findings.append(
+            Finding(
+                kind="determinism_cost_regressed",
+                severity=Severity.warning,
+                subject=subject,
+                message=(
+                    f"{where}: the deterministic arm takes {ratio:.2f}x the control's median run "
+                    f"time, {out.previous_cost_ratio:.2f}x in build {previous_build} "
+                    f"(more than {factor:g}x growth)"
+                ),
+            )
+        )
+    return out
