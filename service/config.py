@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     public_url: str = "http://127.0.0.1:8080"
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
+    # A GitHub App (all three set): check runs instead of commit statuses.
+    github_app_id: int | None = None
+    github_app_private_key: str | None = None  # the App's private key, PEM
+    github_app_installation_id: int | None = None
     gpu_archs: Annotated[list[str], NoDecode] = ["auto"]
     gpu_wait_hours: float = Field(default=24.0, ge=0)
     lease_seconds: int = Field(default=120, ge=1)

@@ -1,54 +1,40 @@
-"""GitHub commit statuses for commit builds, when ``FE_CI_GITHUB_TOKEN`` is set.
+"""Commit statuses, or check runs where a GitHub App is configured, for commit builds.
 
-Statuses are queued on the session while the verdict changes and sent only after the commit
-that stored it, from a small thread pool, so a slow GitHub never holds a request or a lock.
+Per job and for the build (``service/statuses.py`` says what each one says). They are queued on
+the session while the build's state changes and sent only after the commit that stored it, from a
+one-thread pool (so one context's posts arrive in order), and a post equal to the last one sent
+for its context is not repeated. A plain token (``FE_CI_GITHUB_TOKEN``) posts commit statuses;
+an App (``FE_CI_GITHUB_APP_ID``, ``..._PRIVATE_KEY``, ``..._INSTALLATION_ID``) posts check runs:
+created when the job is first seen, completed with a conclusion, the build page's summary and the
+failing checks as annotations.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from runner.wire import Verdict
+from runner.wire import BuildReport
 from service.config import Settings
+from service.github_app import HEADERS, AppAuth
+from service.statuses import CommitStatus, build_statuses
 
 log = logging.getLogger("fe_ci.github")
 
-STATES = {
-    Verdict.pending: "pending",
-    Verdict.pass_: "success",
-    Verdict.fail: "failure",
-    Verdict.error: "error",
-    Verdict.inconclusive: "error",
-    Verdict.incomplete: "success",
-    Verdict.cancelled: "error",
-}
 _GITHUB_REPO = re.compile(r"github\.com[:/](?P<owner>[^/]+)/(?P<name>[^/]+?)(?:\.git)?/?$")
 PENDING_KEY = "fe_ci_github_pending"
-
-
-@dataclass(frozen=True)
-class Status:
-    build_id: int
-    commit: str
-    verdict: Verdict
-    reason: str
-
-
-def description(verdict: Verdict, reason: str) -> str:
-    if verdict == Verdict.incomplete:
-        text = f"incomplete: {reason}"
-    elif verdict == Verdict.pending:
-        text = "validating"
-    else:
-        text = f"{verdict.value}: {reason}"
-    return text[:140]  # GitHub's limit
+_REMEMBERED = 50_000  # contexts whose last post is remembered (older ones may be re-sent once)
+# GitHub takes at most 50 annotations per request; they must name a file of the repository.
+MAX_ANNOTATIONS = 50
+ANNOTATION_PATH = "python/cudnn/__init__.py"
 
 
 def owner_repo(url: str) -> tuple[str, str] | None:
@@ -59,51 +45,131 @@ def owner_repo(url: str) -> tuple[str, str] | None:
 class StatusReporter:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="github-status")
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="github-status")
+        self.sent: OrderedDict[tuple[int, str], tuple[Any, ...]] = OrderedDict()
+        self.check_runs: dict[tuple[int, str], int] = {}
+        self._lock = threading.Lock()
+        s = settings
+        self.app = (
+            AppAuth(
+                s.github_api_url,
+                s.github_app_id,
+                s.github_app_private_key,
+                s.github_app_installation_id,
+            )
+            if s.github_app_id and s.github_app_private_key and s.github_app_installation_id
+            else None
+        )
 
     @property
     def enabled(self) -> bool:
-        return bool(self.settings.github_token) and owner_repo(self.settings.repo_url) is not None
+        configured = self.app is not None or bool(self.settings.github_token)
+        return configured and owner_repo(self.settings.repo_url) is not None
 
     def install(self, sessions: sessionmaker[Session]) -> None:
         sessions.configure(info={"github": self})
         event.listen(sessions, "after_commit", self._after_commit)
 
     def _after_commit(self, session: Session) -> None:
-        pending: dict[int, Status] = session.info.pop(PENDING_KEY, {})
-        for status in pending.values():
+        pending: dict[tuple[int, str], CommitStatus] = session.info.pop(PENDING_KEY, {})
+        for key, status in pending.items():
+            with self._lock:
+                if self.sent.get(key) == status.signature:
+                    continue
+                self.sent[key] = status.signature
+                self.sent.move_to_end(key)
+                while len(self.sent) > _REMEMBERED:
+                    self.sent.popitem(last=False)
             self.pool.submit(self.send, status)
 
-    def send(self, status: Status) -> None:
+    def _repo_api(self) -> str | None:
         where = owner_repo(self.settings.repo_url)
-        if where is None or not self.settings.github_token:
+        if where is None:
+            return None
+        return f"{self.settings.github_api_url.rstrip('/')}/repos/{where[0]}/{where[1]}"
+
+    def send(self, status: CommitStatus) -> None:
+        repo = self._repo_api()
+        if repo is None:
             return
-        owner, name = where
-        api = self.settings.github_api_url.rstrip("/")
-        url = f"{api}/repos/{owner}/{name}/statuses/{status.commit}"
-        body = {
-            "state": STATES[status.verdict],
-            "target_url": f"{self.settings.public_url.rstrip('/')}/builds/{status.build_id}",
-            "description": description(status.verdict, status.reason),
-            "context": "fe-ci/determinism",
-        }
-        headers = {
-            "Authorization": f"Bearer {self.settings.github_token}",
-            "Accept": "application/vnd.github+json",
-        }
         try:
-            resp = httpx.post(url, json=body, headers=headers, timeout=15)
+            if self.app is not None:
+                code = self._check_run(repo, status)
+            elif self.settings.github_token:
+                code = self._status(repo, status, self.settings.github_token)
+            else:
+                return
             log.info(
-                "event=commit_status build=%s state=%s http=%s",
+                "event=commit_status build=%s context=%s state=%s http=%s",
                 status.build_id,
-                body["state"],
-                resp.status_code,
+                status.context,
+                status.conclusion or status.phase if self.app else status.state,
+                code,
             )
-        except httpx.HTTPError as exc:
-            log.warning("event=commit_status_failed build=%s error=%r", status.build_id, exc)
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            log.warning(
+                "event=commit_status_failed build=%s context=%s error=%r",
+                status.build_id,
+                status.context,
+                exc,
+            )
+
+    def _status(self, repo: str, status: CommitStatus, token: str) -> int:
+        body = {
+            "state": status.state,
+            "target_url": status.target_url,
+            "description": status.description,
+            "context": status.context,
+        }
+        headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+        resp = httpx.post(
+            f"{repo}/statuses/{status.commit}", json=body, headers=headers, timeout=15
+        )
+        return resp.status_code
+
+    def _check_run(self, repo: str, status: CommitStatus) -> int:
+        assert self.app is not None
+        headers = {**HEADERS, "Authorization": f"Bearer {self.app.token()}"}
+        body: dict[str, Any] = {"status": status.phase, "details_url": status.target_url}
+        output: dict[str, Any] = {"title": status.description, "summary": status.summary}
+        if status.phase == "completed":
+            body["conclusion"] = status.conclusion
+            output["annotations"] = [
+                {
+                    "path": ANNOTATION_PATH,
+                    "start_line": 1,
+                    "end_line": 1,
+                    "annotation_level": a.level,
+                    "title": a.title[:255],
+                    "message": a.message[:64000],
+                }
+                for a in status.annotations[:MAX_ANNOTATIONS]
+            ]
+        body["output"] = output
+        key = (status.build_id, status.context)
+        run_id = self.check_runs.get(key)
+        if run_id is not None:
+            resp = httpx.patch(
+                f"{repo}/check-runs/{run_id}", json=body, headers=headers, timeout=15
+            )
+            return resp.status_code
+        create = {
+            "name": status.context,
+            "head_sha": status.commit,
+            "external_id": f"{status.build_id}:{status.context}",
+            **body,
+        }
+        resp = httpx.post(f"{repo}/check-runs", json=create, headers=headers, timeout=15)
+        if resp.status_code == 201:
+            self.check_runs[key] = int(resp.json()["id"])
+        return resp.status_code
 
 
-def queue_status(session: Session, status: Status) -> None:
+def queue_statuses(session: Session, report: BuildReport) -> None:
+    """Queue every context of a commit build; they are sent after the commit, changes only."""
     reporter = session.info.get("github")
-    if isinstance(reporter, StatusReporter) and reporter.enabled:
-        session.info.setdefault(PENDING_KEY, {})[status.build_id] = status
+    if not (isinstance(reporter, StatusReporter) and reporter.enabled and report.commit):
+        return
+    pending = session.info.setdefault(PENDING_KEY, {})
+    for status in build_statuses(report, reporter.settings.public_url):
+        pending[(status.build_id, status.context)] = status

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from runner.wire import JobKind, JobState, Stage, Verdict
+from runner.wire import JobKind, JobState, Stage
 from service import github, reports
 from service.config import Settings
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
@@ -75,13 +75,9 @@ def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]
 
 
 def announce(session: Session, build: Build) -> None:
-    """A new build: store its first verdict (pending) and tell GitHub about a commit build."""
+    """A new build: store its first verdict (pending); a commit build's statuses go out."""
     session.flush()
     refresh_build(session, build.id)
-    if build.source == "commit" and build.commit:
-        github.queue_status(
-            session, github.Status(build.id, build.commit, Verdict(build.verdict), "")
-        )
 
 
 def reuse_artifact(session: Session, build: Build) -> bool:
@@ -219,12 +215,9 @@ def refresh_build(session: Session, build_id: int) -> None:
     if build is None:
         return
     session.expire(build)
-    previous = build.verdict
     report = build_report(session, build)
-    if build.source == "commit" and build.commit and report.verdict != previous:
-        github.queue_status(
-            session, github.Status(build.id, build.commit, report.verdict, report.verdict_reason)
-        )
+    if build.source == "commit" and build.commit:
+        github.queue_statuses(session, report)  # each job's context, sent when it changed
     build.verdict = report.verdict
     build.verdict_reason = report.verdict_reason
     if report.status in ("finished", "cancelled"):

@@ -5,7 +5,8 @@ testcase itself, so a failed install shows), one suite of skipped testcases for 
 determinism did not run (each with its reason, worded as on the dashboard), and one suite for the
 build's findings of severity ``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``,
 ``timeout``, ``crashed`` and ``inconclusive`` -> ``<error type=...>`` (commit statuses call
-inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
+inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason. A failing or
+inconclusive check's text ends with the command that reproduces it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
-from runner.wire import BuildReport, JobReport, Severity, StageResult, Status
+from runner.wire import BuildReport, Check, JobReport, Severity, StageResult, Status
 
 _ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
 _SKIPS = {Status.skipped, Status.not_applicable}
@@ -41,6 +42,13 @@ def _case(suite: ET.Element, classname: str, name: str, status: Status, detail: 
     return status.value
 
 
+def _with_repro(check: Check, job: JobReport) -> str:
+    if not check.repro:
+        return check.detail
+    where = f" on an {job.family} machine" if job.family else ""
+    return f"{check.detail}\nreproduce{where}: {check.repro}"
+
+
 def _job_name(job: JobReport) -> str:
     return f"{job.kind.value}-{job.family}" if job.family else job.kind.value
 
@@ -59,7 +67,7 @@ def _stage_suite(root: ET.Element, build: BuildReport, job: JobReport, stage: St
         ET.SubElement(props, "property", name=key, value=value)
     ET.SubElement(props, "property", name="verdict", value=build.verdict.value)
     cases = stage.checks or []
-    outcomes = [_case(suite, classname, c.name, c.status, c.detail) for c in cases]
+    outcomes = [_case(suite, classname, c.name, c.status, _with_repro(c, job)) for c in cases]
     if not cases:
         outcomes.append(_case(suite, classname, stage.name.value, stage.status, stage.reason))
     _count(suite, outcomes)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from runner.inside.registry import FAMILIES, SUBJECTS
 from runner.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
-from service.models import Build, CheckRow, DriftRowDB, Job, StageRow
+from service.models import Build, CheckRow, DeterminismRecord, DriftRowDB, Job, StageRow
 from service.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -94,7 +94,7 @@ class Chart:
 
     @property
     def y_ticks(self) -> list[tuple[float, str]]:
-        fmt = "{:.0%}" if self.y_unit == "share" else "{:.3g} s"
+        fmt = {"share": "{:.0%}", "ratio": "{:.2f}x"}.get(self.y_unit, "{:.3g} s")
         return [(self.y(v), fmt.format(v)) for v in (0, self.y_max / 2, self.y_max)]
 
     @property
@@ -171,6 +171,54 @@ def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Ch
     return chart
 
 
+def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
+    """Per family: median deterministic-arm run time over median control-arm run time."""
+    stmt = (
+        select(
+            DeterminismRecord.build_id,
+            DeterminismRecord.family,
+            DeterminismRecord.cost_ratio,
+            DeterminismRecord.config,
+            DeterminismRecord.timer,
+        )
+        .where(DeterminismRecord.subject == subject, DeterminismRecord.build_id.in_(builds))
+        .where(DeterminismRecord.cost_ratio.is_not(None))
+        .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
+    )
+    found = list(session.execute(stmt))
+    y_max = max([float(r) for _, _, r, _, _ in found] + [1.0]) * 1.1
+    chart = Chart(
+        f"{subject}: cost of determinism (deterministic / control)", builds, y_max, "ratio"
+    )
+    by_family: dict[str | None, Series] = {}
+    for build_id, family, ratio, config, timer in found:
+        series = by_family.setdefault(
+            family, Series(family or "?", FAMILY_COLOURS.get(family, "#556070"))
+        )
+        title = f"build {build_id} {family} at {config}: {ratio:.2f}x ({timer})"
+        series.points.append(Point(chart.x(build_id), chart.y(ratio), title))
+    chart.series = [by_family[f] for f in sorted(by_family, key=str)]
+    return chart
+
+
+def bits_by_build(session: Session, builds: list[int]) -> dict[int, list[tuple[str, str]]]:
+    """Per build: (``family subject``, bits) for each deterministic arm compared."""
+    stmt = (
+        select(
+            DeterminismRecord.build_id,
+            DeterminismRecord.family,
+            DeterminismRecord.subject,
+            DeterminismRecord.bits,
+        )
+        .where(DeterminismRecord.build_id.in_(builds))
+        .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
+    )
+    out: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for build_id, family, subject, bits in session.execute(stmt):
+        out[build_id].append((f"{family or '?'} {subject}", bits))
+    return dict(out)
+
+
 def duration_charts(session: Session, builds: list[int]) -> list[Chart]:
     """One small chart per stage (each on its own scale): the longest job's duration per build."""
     stmt = (
@@ -218,6 +266,7 @@ def read_trends(
             charts[name] = [
                 control_chart(session, name, ids),
                 deterministic_chart(session, name, ids),
+                cost_chart(session, name, ids),
             ]
     return templates.TemplateResponse(
         request,
@@ -227,6 +276,7 @@ def read_trends(
             "charts": dict(charts),
             "durations": duration_charts(session, ids) if ids else [],
             "versions": versions(session, ids),
+            "bits": bits_by_build(session, ids) if ids else {},
             "limit": builds,
             "families": FAMILIES,
             "dims": {"l": PAD_L, "r": PAD_R, "t": PAD_T, "b": PAD_B},
