@@ -185,11 +185,10 @@ def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
         .where(DeterminismRecord.cost_ratio.is_not(None))
         .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
     )
-    found = list(session.execute(stmt))
-    y_max = max([float(r) for _, _, r, _, _ in found] + [1.0]) * 1.1
-    chart = Chart(
-        f"{subject}: cost of determinism (deterministic / control)", builds, y_max, "ratio"
-    )
+    found = [(b, f, float(r or 0.0), c, t) for b, f, r, c, t in session.execute(stmt)]
+    y_max = max([r for _, _, r, _, _ in found] + [1.0]) * 1.1
+    title = f"{subject}: cost of determinism (deterministic / control run time)"
+    chart = Chart(title, builds, y_max, "ratio")
     by_family: dict[str | None, Series] = {}
     for build_id, family, ratio, config, timer in found:
         series = by_family.setdefault(
