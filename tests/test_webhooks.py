@@ -3,13 +3,13 @@ sign and send the deliveries GitHub would send, in both of its content types."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import httpx
 import pytest
 
 from testkit.service import Service
+from tests.github_recorder import Call, GitHubRecorder
 from tests.helpers import AFTER, push, register, send
 
 
@@ -86,50 +86,23 @@ def test_bad_push_payload_is_a_clear_400(service: Service) -> None:
     assert builds(service) == []
 
 
-class _Recorder:
-    """A local HTTP server standing in for GitHub's status API (GitHub cannot be reached here)."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        calls: list[tuple[str, dict, str]] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                calls.append((self.path, body, self.headers.get("Authorization", "")))
-                self.send_response(201)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.calls = calls
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def wait_for(self, n: int, timeout: float = 10) -> list[tuple[str, dict, str]]:
-        deadline = time.monotonic() + timeout
-        while len(self.calls) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return list(self.calls)
-
-
 def test_commit_statuses_go_to_the_configured_api(make_service) -> None:  # type: ignore[no-untyped-def]
-    github = _Recorder()
+    github = GitHubRecorder()
     svc: Service = make_service(
         FE_CI_GITHUB_TOKEN="gh-token-for-tests",
         FE_CI_GITHUB_API_URL=github.url,
         FE_CI_PUBLIC_URL="https://ci.example.org",
     )
     build_id = send(svc, push()).json()["build_id"]
-    (path, body, auth), *_ = github.wait_for(1)
-    assert path == f"/repos/NVIDIA/cudnn-frontend/statuses/{AFTER}"
-    assert body["state"] == "pending" and auth == "Bearer gh-token-for-tests"
-    assert body["target_url"] == f"https://ci.example.org/builds/{build_id}"
+
+    def build_status(calls: list[Call]) -> list[Call]:
+        return [c for c in calls if c.body.get("context") == "fe-ci/determinism"]
+
+    first, *_ = build_status(github.wait_until(lambda calls: build_status(calls)))
+    assert first.path == f"/repos/NVIDIA/cudnn-frontend/statuses/{AFTER}"
+    assert first.body["state"] == "pending"
+    assert first.headers["Authorization"] == "Bearer gh-token-for-tests"
+    assert first.body["target_url"] == f"https://ci.example.org/builds/{build_id}"
     # a builder fails to build it: the status follows the verdict (fail -> failure)
     builder = register(svc, "b", builder="1")
     lease = builder.post("/api/jobs/claim", json={}).json()
@@ -144,6 +117,7 @@ def test_commit_statuses_go_to_the_configured_api(make_service) -> None:  # type
         f"/api/jobs/{lease['job_id']}/stages", json={"lease_token": token, "result": stage}
     )
     builder.post(f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": token})
-    calls = github.wait_for(2)
-    assert calls[-1][1]["state"] == "failure" and "build_failed" in calls[-1][1]["description"]
-    github.server.shutdown()
+    calls = github.wait_until(lambda calls: len(build_status(calls)) >= 2)
+    last = build_status(calls)[-1]
+    assert last.body["state"] == "failure" and "build_failed" in last.body["description"]
+    github.close()

@@ -1,0 +1,237 @@
+"""Per-job commit statuses and check runs, against a local recorder of GitHub's API.
+
+GitHub cannot be reached here, so ``tests/github_recorder.py`` stands in for it. The service is
+real (uvicorn on 127.0.0.1, SQLite); the runners are driven through the real runner protocol, and
+the GPU job's results are what an sm_90 runner would post (no GPU here).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from tests.conftest import Service
+from tests.fakewheels import make_wheel
+from tests.github_recorder import INSTALLATION_TOKEN, Call, GitHubRecorder
+from tests.test_protocol import register
+from tests.test_webhooks import AFTER, push, send
+
+CONFIG = "b4_h16_s2048_d128_causal"
+
+
+def _post(client: httpx.Client, lease: dict[str, Any], result: dict[str, Any]) -> None:
+    body = {"lease_token": lease["lease_token"], "result": result}
+    resp = client.post(f"/api/jobs/{lease['job_id']}/stages", json=body)
+    assert resp.status_code == 201, resp.text
+
+
+def _finish(client: httpx.Client, lease: dict[str, Any]) -> None:
+    resp = client.post(
+        f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": lease["lease_token"]}
+    )
+    assert resp.status_code == 200, resp.text
+
+
+def _claim(client: httpx.Client) -> dict[str, Any]:
+    lease = client.post("/api/jobs/claim", json={}).json()
+    assert lease.get("job_id"), lease
+    return lease
+
+
+def _probe(present: bool = True) -> dict[str, Any]:
+    cap = {"importable": True, "knob": "use_deterministic_algorithm", "present": present}
+    return {"name": "probe", "status": "pass", "capabilities": {"sdpa_bwd": cap}}
+
+
+def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str) -> int:
+    """A pushed commit: the builder uploads a wheel, the CPU job and the sm_90 job report;
+    no sm_100 runner exists, so that job stays queued."""
+    build_id = int(send(svc, push()).json()["build_id"])
+    builder = register(svc, "builder", builder="1")
+    lease = _claim(builder)
+    assert lease["kind"] == "build"
+    wheel = make_wheel(tmp_path / "w", "1.32.0", "")
+    with wheel.open("rb") as fh:
+        resp = builder.post(
+            lease["artifact_url"],
+            files={"wheel": (wheel.name, fh, "application/octet-stream")},
+            headers={"X-Lease-Token": lease["lease_token"], "X-Python-Tag": "py3"},
+        )
+    assert resp.status_code == 201, resp.text
+    _post(builder, lease, {"name": "build", "status": "pass"})
+    _finish(builder, lease)
+
+    gpu = register(svc, "gpu-1", arch="sm_90")
+    lease = _claim(gpu)
+    assert lease["kind"] == "gpu" and lease["family"] == "sm_90"
+    _post(gpu, lease, {"name": "install", "status": "pass"})
+    _post(gpu, lease, _probe())
+    detail = {
+        "pass": "deterministic arm byte-exact over 24 runs; control varied in 7 of 7",
+        "fail": "deterministic arm varied: dq differed from run 0 in 3 of 23 runs",
+    }[sdpa]
+    metrics = {"config": {"name": CONFIG}, "config_name": CONFIG}
+    checks = [
+        {"name": "sdpa_bwd.deterministic", "status": sdpa, "detail": detail, "metrics": metrics},
+        {
+            "name": "grouped_gemm_dsrelu.deterministic",
+            "status": "skipped",
+            "detail": "needs sm_100",
+        },
+    ]
+    _post(gpu, lease, {"name": "determinism", "status": sdpa, "checks": checks})
+    _post(gpu, lease, {"name": "numerics", "status": "pass"})
+    _post(gpu, lease, {"name": "refusal", "status": "pass"})
+    _finish(gpu, lease)
+
+    cpu = register(svc, "cpu-1")
+    lease = _claim(cpu)
+    assert lease["kind"] == "cpu"
+    for stage in (
+        {"name": "install", "status": "pass"},
+        _probe(),
+        {"name": "refusal", "status": "pass"},
+    ):
+        _post(cpu, lease, stage)
+    _finish(cpu, lease)
+    return build_id
+
+
+def _by_context(calls: list[Call]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for c in calls:
+        if "/statuses/" in c.path:
+            out.setdefault(c.body["context"], []).append(c.body)
+    return out
+
+
+def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    github = GitHubRecorder()
+    svc: Service = make_service(
+        FE_CI_GITHUB_TOKEN="gh-token-for-tests",
+        FE_CI_GITHUB_API_URL=github.url,
+        FE_CI_PUBLIC_URL="https://ci.example.org",
+        FE_CI_GPU_ARCHS="sm_90,sm_100",
+    )
+    build_id = drive_commit_build(svc, tmp_path, "pass")
+
+    def settled(calls: list[Call]) -> bool:
+        ctx = _by_context(calls)
+        return all(
+            ctx.get(k, [{}])[-1].get("state") == "success" for k in ("fe-ci/sm_90", "fe-ci/probe")
+        )
+
+    contexts = _by_context(github.wait_until(settled))
+    github.close()
+    assert all("/statuses/" + AFTER in c.path for c in github.calls)
+    assert set(contexts) == {
+        "fe-ci/build",
+        "fe-ci/probe",
+        "fe-ci/sm_90",
+        "fe-ci/sm_100",
+        "fe-ci/determinism",
+    }
+    sm90 = contexts["fe-ci/sm_90"]
+    # one post per change of state, in order, none repeated
+    assert [s["description"] for s in sm90] == [
+        "waiting for the wheel",
+        "waiting for an sm_90 runner",
+        "running on gpu-1",
+        "pass: everything applicable ran and passed",
+    ]
+    assert [s["state"] for s in sm90] == ["pending", "pending", "pending", "success"]
+    job_ids = [j["id"] for j in httpx.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]]
+    assert sm90[-1]["target_url"].startswith(f"https://ci.example.org/builds/{build_id}#job-")
+    assert int(sm90[-1]["target_url"].rsplit("-", 1)[1]) in job_ids
+    # no sm_100 runner: that family alone stays pending, the build's verdict with it
+    assert contexts["fe-ci/sm_100"][-1]["state"] == "pending"
+    assert contexts["fe-ci/sm_100"][-1]["description"] == "waiting for an sm_100 runner"
+    assert contexts["fe-ci/probe"][-1]["state"] == "success"
+    assert contexts["fe-ci/build"][-1]["state"] == "success"
+    assert contexts["fe-ci/determinism"][-1]["state"] == "pending"
+    # the page anchors each job where the status links
+    page = httpx.get(f"{svc.url}/builds/{build_id}").text
+    assert f'id="job-{sm90[-1]["target_url"].rsplit("-", 1)[1]}"' in page
+
+
+def _verify_jwt(token: str, public_key: rsa.RSAPublicKey) -> dict[str, Any]:
+    def unb64(part: str) -> bytes:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+    header, payload, signature = token.split(".")
+    assert json.loads(unb64(header)) == {"alg": "RS256", "typ": "JWT"}
+    public_key.verify(
+        unb64(signature), f"{header}.{payload}".encode(), padding.PKCS1v15(), hashes.SHA256()
+    )
+    claims: dict[str, Any] = json.loads(unb64(payload))
+    return claims
+
+
+def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    github = GitHubRecorder()
+    svc: Service = make_service(
+        FE_CI_GITHUB_APP_ID="12345",
+        FE_CI_GITHUB_APP_PRIVATE_KEY=pem,
+        FE_CI_GITHUB_APP_INSTALLATION_ID="42",
+        FE_CI_GITHUB_API_URL=github.url,
+        FE_CI_PUBLIC_URL="https://ci.example.org",
+        FE_CI_GPU_ARCHS="sm_90",
+    )
+    build_id = drive_commit_build(svc, tmp_path, "fail")
+
+    def completed(calls: list[Call]) -> list[Call]:
+        return [c for c in calls if c.method == "PATCH" and c.body.get("status") == "completed"]
+
+    calls = github.wait_until(lambda calls: len(completed(calls)) >= 4)  # build, gpu, cpu, verdict
+    github.close()
+    assert not [c for c in calls if "/statuses/" in c.path]  # an App posts check runs instead
+    # the App's JWT, signed with its key, bought the installation token
+    tokens = [c for c in calls if c.path == "/app/installations/42/access_tokens"]
+    assert tokens and tokens[0].method == "POST"
+    claims = _verify_jwt(
+        tokens[0].headers["Authorization"].removeprefix("Bearer "), key.public_key()
+    )
+    assert claims["iss"] == "12345" and claims["exp"] - claims["iat"] <= 600
+    runs = [c for c in calls if "/check-runs" in c.path]
+    assert runs and all(c.headers["Authorization"] == f"Bearer {INSTALLATION_TOKEN}" for c in runs)
+    created = {c.body["name"]: c for c in runs if c.method == "POST"}
+    assert set(created) == {"fe-ci/build", "fe-ci/probe", "fe-ci/sm_90", "fe-ci/determinism"}
+    sm90 = created["fe-ci/sm_90"]
+    assert sm90.path == "/repos/NVIDIA/cudnn-frontend/check-runs"
+    assert sm90.body["head_sha"] == AFTER and sm90.body["status"] in ("queued", "in_progress")
+    # completed through the id GitHub gave the created run
+    done = [
+        c
+        for c in completed(calls)
+        if c.path.endswith(f"/check-runs/{1001 + list(created).index('fe-ci/sm_90')}")
+    ]
+    final = done[-1].body if done else {}
+    assert final["conclusion"] == "failure", final
+    output = final["output"]
+    assert output["title"].startswith("fail: ")
+    assert f"https://ci.example.org/builds/{build_id}#job-" in output["summary"]
+    (note,) = output["annotations"]
+    assert note["annotation_level"] == "failure" and "sdpa_bwd.deterministic" in note["title"]
+    assert note["start_line"] == note["end_line"] == 1 and note["path"]
+    assert "dq differed from run 0" in note["message"]
+    assert (
+        f"fe-ci validate nvidia_cudnn_frontend-1.32.0-py3-none-any.whl --stages determinism "
+        f"--subjects sdpa_bwd --config {CONFIG}"
+    ) in note["message"]
+    assert "on an sm_90 machine" in note["message"]
+    verdict = [c for c in completed(calls) if c.body["output"]["title"].startswith("fail")]
+    assert len(verdict) >= 2  # the job's run and the build's
