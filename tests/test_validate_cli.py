@@ -4,10 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from runner import repro
+from runner.wire import (
+    BuildReport,
+    BuildStatus,
+    Check,
+    JobKind,
+    JobReport,
+    JobState,
+    Stage,
+    StageResult,
+    Status,
+    Verdict,
+)
 from testkit.registry import candidate_env, registry_wheel
 from testkit.service import ROOT
 
@@ -148,3 +162,50 @@ def test_the_runners_own_dsl_cache_settings_do_not_reach_the_candidate(tmp_path:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     flex = json.loads(out.read_text())["capabilities"]["flex_attention_bwd"]
     assert flex["importable"] and flex["present"], flex["error"]
+
+
+def test_a_repro_line_runs_and_selects_what_it_says(tmp_path: Path) -> None:
+    wheel = registry_wheel("1.32.0")
+    (tmp_path / wheel.name).symlink_to(wheel)
+    config = "b4_h16_s2048_d128_causal"
+    check = Check(
+        name="sdpa_bwd.deterministic",
+        status=Status.inconclusive,
+        detail="deterministic arm byte-exact over 8 runs, but the control never varied",
+        metrics={"config_name": config},
+    )
+    stage = StageResult(name=Stage.determinism, status=Status.inconclusive, checks=[check])
+    job = JobReport(kind=JobKind.gpu, family="sm_90", status=JobState.finished, stages=[stage])
+    report = BuildReport(
+        source="wheel",
+        filename=wheel.name,
+        status=BuildStatus.finished,
+        verdict=Verdict.inconclusive,
+        jobs=[job],
+    )
+    line = repro.attach(report).jobs[0].stages[0].checks[0].repro
+    assert line == (
+        f"fe-ci validate {wheel.name} --stages determinism --subjects sdpa_bwd --config {config}"
+    )
+    program, *args = shlex.split(line)
+    assert program == "fe-ci"
+    # run it as written, beside the wheel (no GPU here: the subject is selected, then skipped)
+    proc = fe_ci(*args, "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    stages = {
+        s["name"]: s for s in json.loads((tmp_path / "r.json").read_text())["jobs"][0]["stages"]
+    }
+    (ran,) = stages["determinism"]["checks"]
+    assert ran["name"] == "sdpa_bwd.deterministic" and ran["detail"] == "no CUDA GPU on this host"
+    for other in ("numerics", "refusal"):  # only the stage the line names
+        assert stages[other]["status"] == "skipped" and "not selected" in stages[other]["reason"]
+    # --config reaches the stage: a config the subject lacks is an error naming the ones it has,
+    # and the local report gives that failing check its own repro line
+    args[args.index("--config") + 1] = "b99_none"
+    proc = fe_ci(*args, "--json", "bad.json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    bad = json.loads((tmp_path / "bad.json").read_text())
+    (det,) = [s for s in bad["jobs"][0]["stages"] if s["name"] == "determinism"]
+    (err,) = det["checks"]
+    assert err["status"] == "error" and config in err["detail"] and "b99_none" in err["detail"]
+    assert err["repro"] == f"fe-ci validate {wheel.name} --stages determinism --subjects sdpa_bwd"

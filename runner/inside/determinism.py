@@ -614,6 +614,16 @@ def _start_configs(
     return starts
 
 
+def _pin_problem(name: str, pin: str | None) -> str:
+    """Why ``--config`` cannot apply to this subject ("" when it can, or when none was given)."""
+    if pin is None:
+        return ""
+    names = [
+        c.name for c in importlib.import_module(f"runner.inside.subjects.{name}").SUBJECT.configs
+    ]
+    return "" if pin in names else f"{name} has no config {pin!r}; configs: {', '.join(names)}"
+
+
 def _settings(params: Mapping[str, Any]) -> Settings:
     return Settings(
         repeats=max(int(params.get("repeats") or 8), 2),
@@ -649,8 +659,11 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     for name in names:
         subject = SUBJECTS[name]
         ok, why = _available(name, caps)
+        pinned = _pin_problem(name, params.get("pin_config"))
         if not ok:
             status, detail = "not_applicable", why
+        elif pinned:
+            status, detail = "error", pinned
         elif device is None:
             status, detail = "skipped", "no CUDA GPU on this host"
         elif family not in subject.families:
@@ -700,7 +713,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         }
     status, reason = _roll_up(checks, "determinism")
     num_status, num_reason = _roll_up(numerics, "numerics")
-    if device is None:
+    if device is None and status not in ("error", "fail"):  # a bad --config still says so
         status, reason = "skipped", "no CUDA GPU on this host"
         num_status, num_reason = "skipped", reason
     return {

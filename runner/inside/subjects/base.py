@@ -87,8 +87,8 @@ def configure_compile_cache(where: str | None, key: str | None = None) -> dict[s
     if not where:
         return {"dir": None, "key": None, "warm": False}
     root = Path(where)
-    warm = root.is_dir() and any(p.is_file() for p in root.rglob("*"))
-    try:
+    try:  # an unreadable directory reads as cold, never as a failed stage
+        warm = root.is_dir() and any(p.is_file() for p in root.rglob("*"))
         for sub in ("cute", "flex"):
             (root / sub).mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # an unwritable cache costs compile time, never the stage
