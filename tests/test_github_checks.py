@@ -233,5 +233,17 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
         f"--subjects sdpa_bwd --config {CONFIG}"
     ) in note["message"]
     assert "on an sm_90 machine" in note["message"]
+    # the same line on the build page, in the JSON report and in the JUnit XML
+    line = (
+        f"fe-ci validate nvidia_cudnn_frontend-1.32.0-py3-none-any.whl --stages determinism "
+        f"--subjects sdpa_bwd --config {CONFIG}"
+    )
+    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    repros = [c.get("repro") for j in report["jobs"] for s in j["stages"] for c in s["checks"]]
+    assert line in repros
+    assert [r for r in repros if r] == [line]  # passing and skipped checks carry none
+    assert line in httpx.get(f"{svc.url}/builds/{build_id}").text
+    junit = httpx.get(f"{svc.url}/builds/{build_id}/junit.xml").text
+    assert f"reproduce on an sm_90 machine: {line}" in junit
     verdict = [c for c in completed(calls) if c.body["output"]["title"].startswith("fail")]
     assert len(verdict) >= 2  # the job's run and the build's
