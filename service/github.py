@@ -147,7 +147,7 @@ class StatusReporter:
             ]
         body["output"] = output
         key = (status.build_id, status.context)
-        run_id = self.check_runs.get(key)
+        run_id = self.check_runs.get(key) or self._find_run(repo, status, headers)
         if run_id is not None:
             resp = httpx.patch(
                 f"{repo}/check-runs/{run_id}", json=body, headers=headers, timeout=15
@@ -161,8 +161,31 @@ class StatusReporter:
         }
         resp = httpx.post(f"{repo}/check-runs", json=create, headers=headers, timeout=15)
         if resp.status_code == 201:
-            self.check_runs[key] = int(resp.json()["id"])
+            self._remember(key, int(resp.json()["id"]))
         return resp.status_code
+
+    def _remember(self, key: tuple[int, str], run_id: int) -> None:
+        self.check_runs[key] = run_id
+        while len(self.check_runs) > _REMEMBERED:
+            self.check_runs.pop(next(iter(self.check_runs)))
+
+    def _find_run(self, repo: str, status: CommitStatus, headers: dict[str, str]) -> int | None:
+        """The run this service created for the context before it restarted, if any: completing
+        it beats leaving it ``in_progress`` for ever beside a new one."""
+        resp = httpx.get(
+            f"{repo}/commits/{status.commit}/check-runs",
+            params={"check_name": status.context, "filter": "all"},
+            headers=headers,
+            timeout=15,
+        )
+        if resp.status_code != 200:
+            return None
+        ours = f"{status.build_id}:{status.context}"
+        for run in resp.json().get("check_runs") or []:
+            if run.get("external_id") == ours and isinstance(run.get("id"), int):
+                self._remember((status.build_id, status.context), run["id"])
+                return int(run["id"])
+        return None
 
 
 def queue_statuses(session: Session, report: BuildReport) -> None:

@@ -8,6 +8,7 @@ the GPU job's results are what an sm_90 runner would post (no GPU here).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from service.config import Settings
+from service.github import StatusReporter
+from service.statuses import CommitStatus
 from tests.conftest import Service
 from tests.fakewheels import make_wheel
 from tests.github_recorder import INSTALLATION_TOKEN, Call, GitHubRecorder
@@ -176,12 +180,7 @@ def _verify_jwt(token: str, public_key: rsa.RSAPublicKey) -> dict[str, Any]:
 def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
     make_service, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
+    key, pem = _pem()
     github = GitHubRecorder()
     svc: Service = make_service(
         FE_CI_GITHUB_APP_ID="12345",
@@ -247,3 +246,44 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
     assert f"reproduce on an sm_90 machine: {line}" in junit
     verdict = [c for c in completed(calls) if c.body["output"]["title"].startswith("fail")]
     assert len(verdict) >= 2  # the job's run and the build's
+
+
+def _pem() -> tuple[rsa.RSAPrivateKey, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    return key, pem
+
+
+def test_a_restarted_service_completes_the_check_run_it_created(tmp_path: Path) -> None:
+    github = GitHubRecorder()
+    _key, pem = _pem()
+    settings = Settings(
+        data_dir=tmp_path,
+        github_api_url=github.url,
+        github_app_id=7,
+        github_app_private_key=pem.replace("\n", "\\n"),  # as an environment variable may carry it
+        github_app_installation_id=42,
+    )
+    started = CommitStatus(
+        build_id=3,
+        commit=AFTER,
+        context="fe-ci/sm_90",
+        state="pending",
+        description="running on gpu-1",
+        target_url="https://ci.example.org/builds/3#job-9",
+        phase="in_progress",
+    )
+    StatusReporter(settings).send(started)
+    done = dataclasses.replace(
+        started, state="success", description="pass: all", phase="completed", conclusion="success"
+    )
+    StatusReporter(settings).send(done)  # a new process: it knows no run ids
+    github.close()
+    runs = [c for c in github.calls if "/check-runs" in c.path and c.method != "GET"]
+    assert [c.method for c in runs] == ["POST", "PATCH"]
+    assert runs[1].path == f"/repos/NVIDIA/cudnn-frontend/check-runs/{github.runs[0]['id']}"
+    assert runs[1].body["status"] == "completed"
