@@ -7,7 +7,6 @@ piped ``--help`` is never cut short.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -21,7 +20,7 @@ from typing import Annotated
 import httpx
 import typer
 
-from runner import envs, labels, localreport, memory, pipeline
+from runner import envs, history, labels, localreport, memory, pipeline
 from runner.config import RunnerSettings
 from runner.inside.registry import SUBJECTS
 from runner.verdict import EXIT_CODES
@@ -247,15 +246,16 @@ def _parse_subjects(text: str | None) -> list[str] | None:
     return names
 
 
-def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedConfig]]:
-    """The previous report's capabilities (feature regression) and chosen configs (its start)."""
+def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedConfig], BuildReport]:
+    """The previous report: its capabilities (feature regression), chosen configs (its start),
+    and itself (deterministic bits and cost)."""
     try:
         data = json.loads(path.read_text())
         caps = {k: Capability.model_validate(v) for k, v in data["capabilities"].items()}
         report = BuildReport.model_validate(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise fail(f"--previous {path}: not a build report ({exc})") from exc
-    return caps, memory.from_report(report)
+    return caps, memory.from_report(report), report
 
 
 @app.command()
@@ -325,7 +325,7 @@ def validate(
         except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
             raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
         version = meta.version
-    prev, remembered = _load_previous(previous) if previous else (None, [])
+    prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
@@ -354,6 +354,9 @@ def validate(
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     report = localreport.local_report(result, wheel=wheel, family=family, version=version)
+    if prev_report is not None:  # deterministic bits and cost against the earlier report
+        report.history, changed = history.compare_reports(report, prev_report, s.cost_factor)
+        report.findings += changed
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(report.model_dump_json(indent=2))

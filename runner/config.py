@@ -40,6 +40,7 @@ class RunnerSettings(BaseSettings):
     max_repeats: int = Field(default=64, ge=2)
     luck_target: float = Field(default=1e-3, gt=0, lt=1)
     control_share: float = Field(default=0.5, gt=0, le=1)
+    cost_factor: float = Field(default=1.25, gt=1)  # validate --previous: cost regression gate
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)
     # keep warm parents (torch and the dependency layer imported) for the CPU stages

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.wire import Finding, Severity
+from runner.wire import BuildReport, Finding, HistoryRow, Severity, Stage
 
 # What must match for two measurements to be compared: ``runner.inside.comparable.ComparableKey``
 # (whose ``ConfigKey`` subset keys remembered configs) plus the inputs' identity.
@@ -117,3 +117,46 @@ def compare(
             )
         )
     return out
+
+
+def _deterministic_checks(report: BuildReport) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """(family, subject, metrics) of each comparable ``<subject>.deterministic`` check."""
+    return [
+        (job.family, check.name.split(".", 1)[0], check.metrics)
+        for job in report.jobs
+        for stage in job.stages
+        if stage.name == Stage.determinism
+        for check in stage.checks
+        if check.name.endswith(".deterministic") and comparable(check.metrics)
+    ]
+
+
+def compare_reports(
+    current: BuildReport, previous: BuildReport, factor: float = DEFAULT_COST_FACTOR
+) -> tuple[list[HistoryRow], list[Finding]]:
+    """``fe-ci validate --previous``: the same comparison as the service, between two reports."""
+    before = {
+        comparable_key(metrics["comparable"]): metrics
+        for _family, _subject, metrics in _deterministic_checks(previous)
+    }
+    rows: list[HistoryRow] = []
+    findings: list[Finding] = []
+    for family, subject, metrics in _deterministic_checks(current):
+        prev = before.get(comparable_key(metrics["comparable"]))
+        found = compare(subject, metrics, prev, previous.id if prev else None, factor)
+        rows.append(
+            HistoryRow(
+                family=family,
+                subject=subject,
+                config=metrics.get("config_name"),
+                bits=found.bits,
+                changed=found.changed,
+                previous_build_id=previous.id if prev else None,
+                cost_ratio=found.cost_ratio,
+                previous_cost_ratio=found.previous_cost_ratio,
+                cost_regressed=found.cost_regressed,
+                timer=(metrics.get("cost") or {}).get("timer"),
+            )
+        )
+        findings += found.findings
+    return rows, findings

@@ -16,6 +16,15 @@ import torch
 from runner import history
 from runner.inside import bits
 from runner.inside.determinism import Settings, measure_subject
+from runner.wire import (
+    BuildReport,
+    BuildStatus,
+    JobKind,
+    JobReport,
+    JobState,
+    StageResult,
+    Verdict,
+)
 from tests.conftest import Service
 from tests.fakesubjects import FakeSubject, Reduction, floats
 from tests.fakewheels import make_wheel
@@ -140,3 +149,29 @@ def test_a_varying_or_negative_control_arm_is_not_compared() -> None:
     varied = {**check["metrics"], "outputs": {"out": {"distinct": 2, "finite": True}}}
     assert not history.comparable(varied)
     assert not history.comparable({**check["metrics"], "negative_control": True})
+
+
+def test_validate_previous_compares_two_reports_by_the_same_rule() -> None:
+    def report(stage: dict[str, Any]) -> BuildReport:
+        job = JobReport(
+            kind=JobKind.gpu,
+            family="sm_90",
+            status=JobState.finished,
+            stages=[StageResult.model_validate(stage)],
+        )
+        return BuildReport(
+            source="wheel", status=BuildStatus.finished, verdict=Verdict.pass_, jobs=[job]
+        )
+
+    earlier = report(measured(ratio=1.0))
+    rows, findings = history.compare_reports(report(measured(ratio=1.2)), earlier)
+    assert [(r.subject, r.bits, r.cost_regressed) for r in rows] == [
+        ("sdpa_bwd", "unchanged", False)
+    ]
+    assert findings == []
+    rows, findings = history.compare_reports(report(measured(nudge=1e-3, ratio=1.3)), earlier)
+    assert rows[0].bits == "changed" and rows[0].changed["out"]
+    assert {f.kind for f in findings} == {
+        "deterministic_bits_changed",
+        "determinism_cost_regressed",
+    }

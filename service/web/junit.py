@@ -5,8 +5,8 @@ testcase itself, so a failed install shows), one suite of skipped testcases for 
 determinism did not run (each with its reason, worded as on the dashboard), and one suite for the
 build's findings of severity ``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``,
 ``timeout``, ``crashed`` and ``inconclusive`` -> ``<error type=...>`` (commit statuses call
-inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason. A failing or
-inconclusive check's text ends with the command that reproduces it.
+inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
+A failing or inconclusive check's text ends with the command that reproduces it.
 """
 
 from __future__ import annotations
