@@ -164,6 +164,8 @@ def summarise(doc: dict[str, Any], wall_s: float) -> dict[str, Any]:
             {k: f.get(k) for k in ("kind", "severity", "subject", "message")}
             for f in doc.get("findings", [])
         ],
+        # bit identity and the cost of determinism against the previous comparable build
+        "history": doc.get("history", []),
     }
 
 
@@ -189,6 +191,16 @@ def text(summary: dict[str, Any]) -> str:
             f"  {d['subject']}.{d['output']} {d['arm']}: {d['differing']}/{d['runs']} differ, "
             f"max|d| {d['max_abs_diff']}, luck {d['luck_probability']}, "
             f"config {(d['config'] or {}).get('name')}"
+        )
+    for h in summary.get("history", []):
+        prev = f"build {h['previous_build_id']}" if h["previous_build_id"] else "no earlier build"
+        changed = ", ".join(f"{o} max|d| {d}" for o, d in (h["changed"] or {}).items())
+        cost = f"{h['cost_ratio']:.3f}x" if h["cost_ratio"] is not None else "?"
+        was = f"{h['previous_cost_ratio']:.3f}x" if h["previous_cost_ratio"] is not None else "-"
+        lines.append(
+            f"  bits {h['family']} {h['subject']} at {h['config']}: {h['bits']} vs {prev}"
+            f"{' (' + changed + ')' if changed else ''}; cost of determinism {cost} "
+            f"({h['timer']}), previous {was}{' REGRESSED' if h['cost_regressed'] else ''}"
         )
     for f in summary["findings"]:
         lines.append(f"  finding {f['severity']} {f['kind']} {f['subject'] or ''}: {f['message']}")
