@@ -12,12 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from runner.wire import BuildReport, Finding, HistoryRow, Severity, Stage
 
 # What must match for two measurements to be compared: ``runner.inside.comparable.ComparableKey``
 # (whose ``ConfigKey`` subset keys remembered configs) plus the inputs' identity.
 KEY_FIELDS = ("subject", "config", "family", "gpu", "torch", "cudnn_backend", "inputs")
 DEFAULT_COST_FACTOR = 1.25
+SAMPLE_LIMIT = 128  # runner/inside/bits.py's SAMPLE_SIZE; a report may carry at most 4x that
+MAX_OUTPUTS = 16
 
 
 def comparable_key(fields: Mapping[str, Any], names: tuple[str, ...] = KEY_FIELDS) -> str:
@@ -26,14 +30,52 @@ def comparable_key(fields: Mapping[str, Any], names: tuple[str, ...] = KEY_FIELD
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+class _Sample(BaseModel):
+    model_config = ConfigDict(strict=True)  # numbers as numbers: they are subtracted later
+
+    stride: int = Field(ge=1)
+    numel: int = Field(ge=0)
+    values: list[float | None] = Field(max_length=4 * SAMPLE_LIMIT)
+
+
+class _Cost(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    timer: str | None = Field(default=None, max_length=32)
+    ratio: float | None = None
+
+
+class _OutputState(BaseModel):
+    distinct: int
+    finite: bool
+
+
+class _Measured(BaseModel):
+    """What a runner reports for the next build to compare against, bounded: it comes from
+    outside the service, and is stored and compared value by value."""
+
+    config_name: str = Field(max_length=200)
+    comparable: dict[str, str | None] = Field(max_length=len(KEY_FIELDS) + 8)
+    digests: dict[str, str] = Field(min_length=1, max_length=MAX_OUTPUTS)
+    sample: dict[str, _Sample] = Field(default_factory=dict, max_length=MAX_OUTPUTS)
+    cost: _Cost = Field(default_factory=_Cost)
+    outputs: dict[str, _OutputState] = Field(default_factory=dict, max_length=MAX_OUTPUTS)
+    negative_control: bool = False
+
+
 def comparable(metrics: Mapping[str, Any]) -> bool:
-    """Only an exact deterministic arm, measured with its knob on, has bits worth comparing."""
-    outputs = metrics.get("outputs") or {}
+    """Only an exact deterministic arm, measured with its knob on, has bits worth comparing
+    (and only a well-formed, bounded one: anything else is not compared)."""
+    try:
+        m = _Measured.model_validate(metrics)
+    except ValidationError:
+        return False
+    long_text = any(len(v or "") > 300 for v in m.comparable.values())
+    long_text = long_text or any(len(k) > 64 or len(v) > 128 for k, v in m.digests.items())
     return (
-        bool(metrics.get("comparable"))
-        and bool(metrics.get("digests"))
-        and not metrics.get("negative_control")
-        and all(o.get("distinct") == 1 and o.get("finite") for o in outputs.values())
+        not long_text
+        and not m.negative_control
+        and all(o.distinct == 1 and o.finite for o in m.outputs.values())
     )
 
 

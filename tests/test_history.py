@@ -175,3 +175,22 @@ def test_validate_previous_compares_two_reports_by_the_same_rule() -> None:
         "deterministic_bits_changed",
         "determinism_cost_regressed",
     }
+
+
+def test_a_malformed_or_oversized_measurement_is_stored_but_never_compared(gpu_service) -> None:  # type: ignore[no-untyped-def]
+    """What a runner posts comes from outside: bad shapes cost nothing and break nothing."""
+    svc, gpu, wheel = gpu_service
+    gpu_build(svc, gpu, wheel, measured())
+    for bad in (
+        {"values": ["1.5"] * 4, "stride": 1, "numel": 4},  # numbers as text
+        {"values": [0.0] * 100_000, "stride": 1, "numel": 100_000},  # far past the sample size
+    ):
+        stage = measured(nudge=1e-3)
+        stage["checks"][0]["metrics"]["sample"]["out"] = bad
+        report = gpu_build(svc, gpu, wheel, stage)
+        assert report["history"] == [] and "deterministic_bits_changed" not in kinds(report)
+        (det,) = [s for j in report["jobs"] for s in j["stages"] if s["name"] == "determinism"]
+        assert det["checks"][0]["status"] == "pass"  # the check itself is kept as posted
+    # a good measurement after them still finds the last comparable build
+    (row,) = gpu_build(svc, gpu, wheel, measured())["history"]
+    assert row["bits"] == "unchanged"
