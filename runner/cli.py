@@ -7,6 +7,7 @@ piped ``--help`` is never cut short.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
