@@ -221,6 +221,37 @@ def test_numerics_fail_when_the_reference_disagrees() -> None:
     assert num["metrics"]["max_abs_err"] == pytest.approx(1.0, rel=1e-3)
 
 
+def test_a_pinned_config_runs_alone_even_when_its_control_is_steady() -> None:
+    made = {
+        "ints": lambda: Reduction(*_integers(4096)),
+        "floats_small": lambda: Reduction(*_floats(2048, 5)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = measure_subject(subject, CPU, Settings(), pin_config="ints")
+    assert subject.prepared == ["ints"]  # no escalation past a pinned config
+    assert out.config == "ints" and out.check["metrics"]["config_name"] == "ints"
+    assert out.check["status"] == "inconclusive"
+    assert "pinned by --config" in out.check["metrics"]["config_reason"]
+    other = FakeSubject(lambda n: made[n](), names=tuple(made))
+    with pytest.raises(ValueError, match="no config 'huge'"):
+        measure_subject(other, CPU, Settings(), pin_config="huge")
+
+
+def test_the_deterministic_arm_leaves_digests_a_sample_and_its_cost() -> None:
+    out = _measure(FakeSubject(lambda _n: Reduction(*_floats(4096, 12))))
+    metrics = out.check["metrics"]
+    (row,) = _det_rows(out)
+    assert set(metrics["digests"]) == {"out"} and len(metrics["digests"]["out"]) == 64
+    sample = metrics["sample"]["out"]
+    assert sample["numel"] == 64 and sample["stride"] == 1 and len(sample["values"]) == 64
+    reference = Reduction(*_floats(4096, 12)).run(True)["out"]
+    assert sample["values"] == [float(v) for v in reference.tolist()]  # the first run's values
+    cost = metrics["cost"]
+    assert cost["timer"] == "perf_counter"  # no CUDA events on CPU
+    assert cost["deterministic_runs"] == row.runs and cost["control_runs"] == 8
+    assert cost["ratio"] == pytest.approx(cost["deterministic_median_s"] / cost["control_median_s"])
+
+
 def test_timings_separate_compile_from_runs() -> None:
     out = _measure(FakeSubject(lambda _n: Reduction(*_floats(1024, 11))))
     assert out.compile_s >= 0 and out.run_s > 0
