@@ -74,7 +74,8 @@ def record_determinism(
         )
         session.add(record)
         for finding in found.findings:
-            session.add(FindingRow(build_id=job.build_id, job_id=job.id, **finding.model_dump()))
+            row = finding.model_dump(exclude={"job_ids"})
+            session.add(FindingRow(build_id=job.build_id, job_id=job.id, **row))
         log.info(
             "event=determinism_history build=%s subject=%s bits=%s previous=%s cost_ratio=%s",
             job.build_id,
