@@ -152,7 +152,7 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     # fe-ci validate --previous REPORT: the report's configs, the same way
     path = tmp_path / "previous.json"
     path.write_text(json.dumps(report(svc, b3)))
-    _caps, remembered = cli._load_previous(path)
+    _caps, remembered, _report = cli._load_previous(path)
     assert [(r.subject, r.config, r.build_id, r.gpu) for r in remembered] == [
         ("cpu_reduction", "large", b3, "NVIDIA H200")
     ]
