@@ -20,11 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from service.config import Settings
 from service.github import StatusReporter
 from service.statuses import CommitStatus
-from tests.conftest import Service
-from tests.fakewheels import make_wheel
+from testkit.service import Service
+from testkit.wheels import make_wheel
 from tests.github_recorder import INSTALLATION_TOKEN, Call, GitHubRecorder
-from tests.test_protocol import register
-from tests.test_webhooks import AFTER, push, send
+from tests.helpers import AFTER, push, register, send
 
 CONFIG = "b4_h16_s2048_d128_causal"
 

@@ -25,10 +25,10 @@ from runner.wire import (
     StageResult,
     Verdict,
 )
-from tests.conftest import Service
+from testkit.service import Service
+from testkit.wheels import make_wheel
 from tests.fakesubjects import FakeSubject, Reduction, floats
-from tests.fakewheels import make_wheel
-from tests.test_protocol import register, submit_wheel
+from tests.helpers import register, submit_wheel
 
 CPU = torch.device("cpu")
 ENV = {"gpu": "NVIDIA H200", "torch": torch.__version__, "cudnn_backend": "91100"}
