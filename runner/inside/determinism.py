@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import json
 import logging
 import math
@@ -618,9 +619,7 @@ def _pin_problem(name: str, pin: str | None) -> str:
     """Why ``--config`` cannot apply to this subject ("" when it can, or when none was given)."""
     if pin is None:
         return ""
-    names = [
-        c.name for c in importlib.import_module(f"runner.inside.subjects.{name}").SUBJECT.configs
-    ]
+    names = [c.name for c in SUBJECTS[name].load().configs]
     return "" if pin in names else f"{name} has no config {pin!r}; configs: {', '.join(names)}"
 
 
@@ -699,7 +698,11 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
             if device is not None:
                 torch.cuda.empty_cache()
         outcome.check["metrics"]["comparable"] = bits.comparable(
-            name, outcome.config or "", family, environment, bits.inputs_id(module.__file__)
+            name,
+            outcome.config or "",
+            family,
+            environment,
+            bits.inputs_id(importlib.import_module(subject.module_name).__file__),
         )
         checks.append(outcome.check)
         numerics += outcome.numerics
