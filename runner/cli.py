@@ -300,10 +300,20 @@ def validate(
         Path | None, typer.Option(metavar="DIR", help="keep the environment and logs here")
     ] = None,
     subjects: Annotated[
-        str | None, typer.Option(help="comma-separated subjects for determinism and numerics")
+        str | None,
+        typer.Option(
+            "--subjects",
+            metavar="SUBJECTS",
+            help="comma-separated subjects for determinism and numerics",
+        ),
     ] = None,
     config: Annotated[
-        str | None, typer.Option(help="run the selected subjects at this config, no escalation")
+        str | None,
+        typer.Option(
+            "--config",
+            metavar="CONFIG",
+            help="run the selected subjects at this config, no escalation",
+        ),
     ] = None,
 ) -> None:
     """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
