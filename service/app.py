@@ -18,7 +18,7 @@ from service import db, github, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
-from service.errors import ApiError, UploadError
+from service.errors import ApiError
 from service.web import apidocs, views
 
 log = logging.getLogger("fe_ci.service")
@@ -34,9 +34,7 @@ def _error(status: int, code: str, message: str, detail: Any = None) -> JSONResp
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        # An upload refused mid-stream leaves the rest of its body unread: close the connection
-        # rather than read (or mis-frame) what the client is still sending.
-        headers = {"Connection": "close"} if isinstance(exc, UploadError) else None
+        headers = {"Connection": "close"} if exc.close_connection else None
         return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

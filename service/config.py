@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=120, ge=1)
     max_upload_mb: int = Field(default=1024, ge=1)
     sweep_interval_s: float = Field(default=5.0, gt=0)
+    # A push payload of one commit is about 8 KB (the repository object is most of it); 1 MiB
+    # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
+    # GitHub's webhook page, and can be redelivered after raising this.
+    webhook_max_kb: int = Field(default=1024, ge=1)
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 
