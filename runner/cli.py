@@ -90,6 +90,7 @@ def serve(
 
     from service.app import create_app
     from service.config import Settings
+    from service.limits import uvicorn_options
 
     setup_logging(log_level)
     try:
@@ -105,7 +106,14 @@ def serve(
         settings.data_dir.resolve(),
         settings.tokens_file.resolve(),
     )
-    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        **uvicorn_options(settings),
+    )
 
 
 # ------------------------------------------------------------------------------------ runner

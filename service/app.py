@@ -13,8 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
-from service import db, github, notify, queue, uploads
+from service import db, github, limits, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
@@ -49,6 +50,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
+        # Not an error of the service: the client went away while sending. Nobody reads this.
+        log.info("event=client_gone method=%s path=%s", request.method, request.url.path)
+        return _error(400, "client_gone", "the client went away before the request was complete")
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
@@ -97,6 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    app.state.uploads_in_flight = 0
+    app.add_middleware(limits.BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
     github.StatusReporter(settings).install(app.state.sessions)

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
     # GitHub's webhook page, and can be redelivered after raising this.
     webhook_max_kb: int = Field(default=1024, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # connect to the end of the request head
+    body_timeout_s: float = Field(default=30.0, gt=0)  # between two chunks of a request body
+    max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
+    max_connections: int = Field(default=1000, ge=1)
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

@@ -4,7 +4,6 @@ end record says, slow and vanishing clients, too many uploads at once, HEAD and 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -62,3 +61,116 @@ def test_an_honest_hand_written_directory_is_accepted(service: Service, tmp_path
     resp = post_wheel(service, wheel)
     assert resp.status_code == 202, resp.text
     assert len(blobs(service)) == 1
+
+
+# ---------------------------------------------------------------- slow and vanishing clients
+
+
+def raw(svc: Service, head: bytes, body: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
+    sock.sendall(head + body)
+    return sock
+
+
+def upload_head(length: int, boundary: str = "b0undary") -> bytes:
+    return (
+        f"POST /validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMIT}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+UPLOAD_START = (
+    b"--b0undary\r\nContent-Disposition: form-data; name=wheel; "
+    b'filename="nvidia_cudnn_frontend-1.32.0-py3-none-any.whl"\r\n\r\nPK\x03\x04'
+)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the service sends until it closes the connection (30 s at most)."""
+    out = bytearray()
+    with sock:
+        while chunk := sock.recv(65536):
+            out += chunk
+    return bytes(out)
+
+
+def test_a_client_that_never_finishes_its_request_head_is_disconnected(make_service) -> None:  # type: ignore[no-untyped-def]
+    """Was held open for ever: nothing sent after connecting, or a head trickled a byte at a
+    time. Now the connection is closed once the head is later than FE_CI_HEADER_TIMEOUT_S."""
+    svc: Service = make_service(FE_CI_HEADER_TIMEOUT_S="1")
+    silent = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
+    assert read_all(silent) == b""
+    trickle = raw(svc, b"GET /healthz HTTP/1.1\r\n")
+    closed = False
+    for _ in range(100):  # one byte each 0.2 s: 20 s, far past the 1 s limit
+        try:
+            trickle.sendall(b"X")
+            time.sleep(0.2)
+        except OSError:
+            closed = True
+            break
+    trickle.close()
+    assert closed, "a trickled request head kept its connection for 20 s"
+    assert httpx.get(f"{svc.url}/healthz").status_code == 200  # prompt clients are unaffected
+
+
+def test_a_body_that_stops_arriving_is_a_408_and_leaves_nothing(make_service) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_BODY_TIMEOUT_S="1")
+    answer = read_all(raw(svc, upload_head(10_000_000), UPLOAD_START + b"\0" * 4096))
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"code":"request_timeout"' in answer
+    webhook = (
+        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    assert read_all(raw(svc, webhook)).startswith(b"HTTP/1.1 408")
+    assert [p for p in svc.data_dir.rglob("*.part")] == []
+    assert svc.count("builds") == 0
+
+
+def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_MAX_UPLOADS="2", FE_CI_BODY_TIMEOUT_S="60")
+    wheel = make_directory_bomb(tmp_path, members=10, declared=12)
+    held = [raw(svc, upload_head(10_000_000), UPLOAD_START) for _ in range(2)]
+    refused = None
+    for _ in range(50):  # until both held uploads have taken their slots
+        resp = post_wheel(svc, wheel)
+        if resp.status_code == 503:
+            refused = resp
+            break
+        time.sleep(0.2)
+    assert refused is not None, "a third upload at once was never refused"
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_uploads" and error["detail"] == {"max_uploads": 2}
+    for sock in held:
+        sock.close()
+    for _ in range(50):  # the slots come back when the held uploads end
+        if post_wheel(svc, wheel).status_code == 202:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the upload slots were not given back")
+
+
+def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Service) -> None:
+    """Was an ERROR with a traceback (``event=unhandled_error``) for a webhook or JSON body cut
+    short; a client going away is not the service's error."""
+    heads = [
+        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Content-Length: 1000\r\n\r\n{",
+        f"POST /validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMIT}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode(),
+        upload_head(10_000_000) + UPLOAD_START,
+    ]
+    for head in heads:
+        raw(service, head).close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        log = service.log_path.read_text()
+        if log.count("event=client_gone") >= 2 and "code=incomplete_upload" in log:
+            break
+        time.sleep(0.1)
+    assert log.count("event=client_gone") >= 2, log[-3000:]
+    assert "Traceback" not in log and "unhandled_error" not in log, log[-3000:]
+    assert service.count("builds") == 0

@@ -31,7 +31,7 @@ from runner.wire import (
     Stage,
     StagePost,
 )
-from service import feature_regression, memory, notify, queue, uploads
+from service import feature_regression, limits, memory, notify, queue, uploads
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
 from service.models import Artifact, Job, Runner, utcnow
@@ -253,9 +253,10 @@ async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -
     python_tag = request.headers.get("x-python-tag", "")
     await run_in_threadpool(_check_build_lease, request, runner.id, job_id, token)
     settings = request.app.state.settings
-    stored = await uploads.receive_wheel(
-        request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
-    )
+    with limits.upload_slot(request):
+        stored = await uploads.receive_wheel(
+            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+        )
     try:
         await run_in_threadpool(_record_artifact, request, job_id, stored, python_tag)
     except BaseException:

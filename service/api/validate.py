@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from runner.wire import BuildAccepted
-from service import notify, queue, uploads
+from service import limits, notify, queue, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep
 from service.errors import BadRequest, UploadTooLarge
@@ -94,9 +94,10 @@ async def create_build(
         )
         accepted = await run_in_threadpool(_insert, request, settings, build)
     elif ctype == "multipart/form-data":
-        stored = await uploads.receive_wheel(
-            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
-        )
+        with limits.upload_slot(request):
+            stored = await uploads.receive_wheel(
+                request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+            )
         build = Build(
             source="wheel",
             version=stored.version,
