@@ -12,10 +12,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import db, github, limits, notify, queue, uploads
+from service import blobsweep, db, github, limits, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
@@ -82,24 +83,42 @@ def _sweep_once(app: FastAPI) -> int:
         return changed
 
 
+async def _blob_sweeper(app: FastAPI) -> None:
+    """Its own loop: it only reads the database, so a writer holding the lock never stalls it."""
+    settings: Settings = app.state.settings
+    while True:
+        await asyncio.sleep(settings.sweep_interval_s)
+        try:
+            await asyncio.to_thread(_sweep_blobs, app.state.sessions, settings, "periodic")
+        except Exception:
+            log.exception("event=blob_sweep_failed")
+
+
+def _sweep_blobs(sessions: sessionmaker[Session], settings: Settings, where: str) -> None:
+    with sessions() as session:
+        blobsweep.sweep_orphans(session, settings.data_dir, settings.orphan_grace_s, where=where)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = (settings or Settings()).with_generated_tokens()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db.migrate(settings.url)
     engine = db.make_engine(settings.url)
     uploads.sweep_tmp(settings.data_dir)
+    _sweep_blobs(db.session_factory(engine), settings, "startup")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.queue_changed = asyncio.Event()
         app.state.loop = asyncio.get_running_loop()
-        task = asyncio.create_task(_sweeper(app))
+        tasks = [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             engine.dispose()
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=30.0, gt=0)  # between two chunks of a request body
     max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
     max_connections: int = Field(default=1000, ge=1)
+    # A blob no build references is removed once this old: an upload commits its build
+    # milliseconds after storing the blob, so an hour never touches one in flight.
+    orphan_grace_s: float = Field(default=3600.0, ge=0)
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

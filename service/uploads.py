@@ -339,10 +339,12 @@ def _store(part: Path, blob: Path) -> tuple[Path, bool]:
         os.link(part, blob)  # atomic create-if-absent: of two racing uploads only one creates
     except FileExistsError:
         part.unlink()
+        os.utime(blob)  # fresh again: the orphan sweep's grace period covers this upload too
         return blob, False
     except OSError:  # a file system without hard links
         if blob.exists():
             part.unlink()
+            os.utime(blob)
             return blob, False
         os.replace(part, blob)
         return blob, True
