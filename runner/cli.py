@@ -122,6 +122,14 @@ def serve(
 @app.command()
 def runner(
     once: Annotated[bool, typer.Option("--once", help="take at most one job, then exit")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="take over the name of a runner that is still registered and alive "
+            "(its token stops working); also FE_CI_RUNNER_REPLACE",
+        ),
+    ] = False,
     log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
     """Run a runner: claim jobs from the service at FE_CI_URL and run them.
@@ -137,7 +145,10 @@ def runner(
     problem = preflight()
     if problem is not None:
         raise fail(problem, EXIT_REFUSED)
-    agent = Agent(RunnerSettings(), once=once)
+    settings = RunnerSettings()
+    if replace:
+        settings = settings.model_copy(update={"runner_replace": True})
+    agent = Agent(settings, once=once)
     agent.install_signal_handlers()
     raise typer.Exit(agent.run())
 

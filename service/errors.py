@@ -42,6 +42,14 @@ class Conflict(ApiError):
     code, status_code, message = "conflict", 409, "conflict"
 
 
+class RunnerRevoked(Forbidden):
+    code, message = "runner_revoked", "this runner name was revoked"
+
+
+class RunnerNameInUse(Conflict):
+    code, message = "runner_name_in_use", "a live runner is registered under this name"
+
+
 class StaleLease(Conflict):
     code, message = "stale_lease", "this lease is no longer current; results refused"
 
