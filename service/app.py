@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import blobsweep, db, github, limits, notify, queue, uploads
+from service import blobsweep, db, github, headers, limits, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.uploads_in_flight = 0
     app.add_middleware(limits.BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
+    app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
     github.StatusReporter(settings).install(app.state.sessions)

@@ -174,3 +174,82 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
     assert log.count("event=client_gone") >= 2, log[-3000:]
     assert "Traceback" not in log and "unhandled_error" not in log, log[-3000:]
     assert service.count("builds") == 0
+
+
+# ---------------------------------------------------------------- HEAD and page headers
+
+CHROMIUM = Path("/usr/bin/chromium")
+PAGES = ["/", "/trends", "/runners", "/builds/1"]
+OTHERS = [
+    "/healthz",
+    "/api/builds",
+    "/api/builds/1",
+    "/builds/1/live.json",
+    "/builds/1/junit.xml",
+    "/api/jobs/1/wheel",
+    "/openapi.json",
+    "/static/live.js",
+    "/static/style.css",
+    "/docs",
+]
+
+
+def test_head_answers_like_get_without_a_body_on_every_get_route(
+    service: Service, tmp_path: Path
+) -> None:
+    """Was 405 on every GET route, /healthz included (load balancers use HEAD)."""
+    wheel = make_directory_bomb(tmp_path, members=3, declared=5)
+    assert post_wheel(service, wheel).status_code == 202
+    schema = httpx.get(f"{service.url}/openapi.json").json()
+    gets = {
+        p.replace("{build_id}", "1").replace("{job_id}", "1")
+        for p, ops in schema["paths"].items()
+        if "get" in ops
+    }
+    assert gets <= set(PAGES + OTHERS) | {"/builds/1/events"}, gets - set(PAGES + OTHERS)
+    for path in PAGES + OTHERS:
+        get = httpx.get(f"{service.url}{path}")
+        head = httpx.head(f"{service.url}{path}")
+        assert head.status_code == get.status_code, (path, head.status_code, get.status_code)
+        assert head.headers.get("content-type") == get.headers.get("content-type"), path
+        assert head.content == b"", path
+    head = httpx.head(f"{service.url}/builds/1/events", timeout=30)
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+    assert httpx.head(f"{service.url}/healthz").status_code == 200
+
+
+def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
+    service: Service, tmp_path: Path
+) -> None:
+    wheel = make_directory_bomb(tmp_path, members=3, declared=5)
+    build_id = post_wheel(service, wheel).json()["build_id"]
+    for path in PAGES:
+        headers = httpx.get(f"{service.url}{path}").headers
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["x-frame-options"] == "DENY", path
+        assert "default-src 'self'" in headers["content-security-policy"], path
+        assert "script-src 'self'" in headers["content-security-policy"], path
+    assert httpx.get(f"{service.url}/api/builds").headers["x-content-type-options"] == "nosniff"
+    if not CHROMIUM.exists():
+        return  # the headers are checked; the browser half needs Debian's chromium
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda msg: console.append(msg.text))
+        page.goto(f"{service.url}/builds/{build_id}")
+        page.wait_for_timeout(500)
+        with service.http() as http:
+            http.post(f"/api/builds/{build_id}/cancel").raise_for_status()
+        # only live.js, following the build's event stream, can show the cancel without a reload
+        page.locator("#live [data-state=cancelled]").first.wait_for(timeout=15_000)
+        page.goto(f"{service.url}/trends")
+        page.goto(f"{service.url}/")
+        browser.close()
+    refused = [m for m in console if "Content Security Policy" in m or "Refused to" in m]
+    assert refused == [], refused
