@@ -13,6 +13,8 @@ afterwards. Removes everything it wrote unless ``--keep``.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import shutil
 import struct
@@ -34,10 +36,11 @@ _END = struct.Struct("<4s4H2LH")
 
 
 def make_directory_bomb(
-    dest_dir: Path, members: int, declared: int, version: str = "9.9.0"
+    dest_dir: Path, members: int, declared: int, version: str = "9.9.0", *, record: bool = False
 ) -> Path:
-    """A frontend wheel with ``members`` empty members (plus METADATA and WHEEL) whose end
-    record declares ``declared`` members; written by hand, as ``zipfile`` cannot lie."""
+    """A frontend wheel with ``members`` empty members (plus METADATA and WHEEL, and a RECORD
+    listing them all when ``record``) whose end record declares ``declared`` members; written by
+    hand, as ``zipfile`` cannot lie."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     dist = f"nvidia_cudnn_frontend-{version}"
     path = dest_dir / f"{dist}-py3-none-any.whl"
@@ -88,11 +91,22 @@ def make_directory_bomb(
 
         for name, data in files:
             add(name.encode(), data)
+        empty = base64.urlsafe_b64encode(hashlib.sha256().digest()).rstrip(b"=")
+        listing = bytearray()
+        for name, data in files:
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            listing += b"%s,sha256=%s,%d\n" % (name.encode(), digest, len(data))
         for i in range(members):
-            add(f"cudnn/{i:07x}".encode(), b"")
+            member = f"cudnn/{i:07x}".encode()
+            add(member, b"")
+            if record:
+                listing += b"%s,sha256=%s,0\n" % (member, empty)
             if len(chunk) > 1 << 20:
                 out.write(chunk)
                 chunk.clear()
+        if record:
+            listing += f"{dist}.dist-info/RECORD,,\n".encode()
+            add(f"{dist}.dist-info/RECORD".encode(), bytes(listing))
         out.write(chunk)
         out.write(central)
         count = declared & 0xFFFF
@@ -183,10 +197,11 @@ def main() -> int:
     ap.add_argument("--concurrent", type=int, default=3, help="uploads at once in round two")
     ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the data dir and the wheel")
+    ap.add_argument("--record", action="store_true", help="write a RECORD (an honest wheel)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fe-ci-zipbomb-", dir=args.dir))
     try:
-        wheel = make_directory_bomb(root / "wheel", args.members, args.declared)
+        wheel = make_directory_bomb(root / "wheel", args.members, args.declared, record=args.record)
         svc = start_service(root / "data", 1024, root / "service.log")
         try:
             result = run(svc, wheel, args.concurrent)

@@ -93,7 +93,7 @@ async def receive_wheel(
             await run_in_threadpool(_flush, out)
         filename = sink.filename
         dist, version = await run_in_threadpool(
-            check_wheel, part, filename, Version(sink.version), max_unpacked_bytes
+            _check_bounded, part, filename, Version(sink.version), max_unpacked_bytes
         )
         path, created = await run_in_threadpool(_store, part, blob_path(data_dir, sink.sha256))
     except BaseException as exc:
@@ -115,6 +115,18 @@ async def receive_wheel(
         created,
     )
     return StoredWheel(sink.sha256, filename, sink.size, path, dist, version, created)
+
+
+# Reading a directory of MAX_MEMBERS entries costs about 30 MB while it is checked; at most this
+# many checks run at once, whatever the number of uploads streaming.
+_checks = threading.BoundedSemaphore(2)
+
+
+def _check_bounded(
+    part: Path, filename: str, version: Version, max_unpacked: int
+) -> tuple[str, str]:
+    with _checks:
+        return check_wheel(part, filename, version, max_unpacked)
 
 
 def discard(stored: StoredWheel) -> None:

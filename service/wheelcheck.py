@@ -5,8 +5,8 @@ The zip's end record says where the central directory is and how large it is; Py
 member count says. So the directory is bounded in bytes first, then walked here entry by entry,
 counting, and the walk stops at the member cap or past the count the end record declares; only a
 directory that passes is handed to ``zipfile``. Sizes as declared in the directory then bind
-``zipfile`` (and so pip: a member never yields more than its declared size), and only METADATA and
-WHEEL are ever decompressed, with a bound.
+``zipfile`` (and so pip: a member never yields more than its declared size); METADATA and WHEEL
+are read with a bound, and last every member is hashed against RECORD (``service.wheelrecord``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from service.errors import BadWheelName, NotAWheel, UnsafeWheel, UploadError, WrongDistribution
+from service.wheelrecord import validate_record
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 MAX_UNPACKED_BYTES = 4 * 1024**3  # 1.32.0 unpacks to 49 MB
@@ -69,7 +70,17 @@ def check_wheel(path: Path, filename: str, version: Version, max_unpacked: int) 
             meta, reason = _read_headers(zf, members, f"{dirs[0]}/METADATA")
             _guard((meta is not None, reason), NotAWheel, "metadata", filename)
             assert meta is not None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, struct.error) as exc:
+            _guard(validate_record(zf, members, dirs[0]), NotAWheel, "record", filename)
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        OSError,
+        EOFError,
+        struct.error,
+        zlib.error,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         raise NotAWheel(
             f"the file is not a readable zip: {exc}",
             detail={"check": "zip_read", "filename": filename},

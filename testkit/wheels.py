@@ -76,14 +76,20 @@ def make_big_wheel(dest_dir: Path, size_mb: int, version: str = "9.9.0") -> Path
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / wheel_name(version)
     members = frontend_members(version, "")
+    payload = hashlib.sha256()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("cudnn/__init__.py", members.pop("cudnn/__init__.py"))
         with zf.open("cudnn/payload.bin", "w", force_zip64=True) as fh:
             for _ in range(size_mb):
-                fh.write(os.urandom(1 << 20))
+                block = os.urandom(1 << 20)
+                payload.update(block)
+                fh.write(block)
+        digest = base64.urlsafe_b64encode(payload.digest()).rstrip(b"=").decode()
+        lines = [f"cudnn/payload.bin,sha256={digest},{size_mb << 20}"]
         for name, data in members.items():
             zf.writestr(name, data)
-        zf.writestr(f"{dist_info(version)}/RECORD", "")
+            lines.append(record_line(name, data))
+        lines.append(f"{dist_info(version)}/RECORD,,")
+        zf.writestr(f"{dist_info(version)}/RECORD", "\n".join(lines) + "\n")
     return path
 
 

@@ -57,7 +57,7 @@ def test_a_directory_past_its_byte_bound_is_refused_before_it_is_walked(
 
 def test_an_honest_hand_written_directory_is_accepted(service: Service, tmp_path: Path) -> None:
     """The builder above makes valid wheels when it does not lie: the refusals are the lie's."""
-    wheel = make_directory_bomb(tmp_path, members=1_000, declared=1_002)
+    wheel = make_directory_bomb(tmp_path, members=1_000, declared=1_003, record=True)
     resp = post_wheel(service, wheel)
     assert resp.status_code == 202, resp.text
     assert len(blobs(service)) == 1
@@ -131,7 +131,7 @@ def test_a_body_that_stops_arriving_is_a_408_and_leaves_nothing(make_service) ->
 
 def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_MAX_UPLOADS="2", FE_CI_BODY_TIMEOUT_S="60")
-    wheel = make_directory_bomb(tmp_path, members=10, declared=12)
+    wheel = make_directory_bomb(tmp_path, members=10, declared=13, record=True)
     held = [raw(svc, upload_head(10_000_000), UPLOAD_START) for _ in range(2)]
     refused = None
     for _ in range(50):  # until both held uploads have taken their slots
@@ -198,7 +198,7 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(
     service: Service, tmp_path: Path
 ) -> None:
     """Was 405 on every GET route, /healthz included (load balancers use HEAD)."""
-    wheel = make_directory_bomb(tmp_path, members=3, declared=5)
+    wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
     assert post_wheel(service, wheel).status_code == 202
     schema = httpx.get(f"{service.url}/openapi.json").json()
     gets = {
@@ -221,7 +221,7 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(
 def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
     service: Service, tmp_path: Path
 ) -> None:
-    wheel = make_directory_bomb(tmp_path, members=3, declared=5)
+    wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
     build_id = post_wheel(service, wheel).json()["build_id"]
     for path in PAGES:
         headers = httpx.get(f"{service.url}{path}").headers
