@@ -117,7 +117,7 @@ async def receive_wheel(
     return StoredWheel(sink.sha256, filename, sink.size, path, dist, version, created)
 
 
-# Reading a directory of MAX_MEMBERS entries costs about 30 MB while it is checked; at most this
+# Checking a wheel of MAX_MEMBERS members costs about 25 MB while it runs; at most this
 # many checks run at once, whatever the number of uploads streaming.
 _checks = threading.BoundedSemaphore(2)
 

@@ -29,8 +29,8 @@ from service.wheelrecord import validate_record
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 MAX_UNPACKED_BYTES = 4 * 1024**3  # 1.32.0 unpacks to 49 MB
-MAX_MEMBERS = 50_000  # 1.32.0 has 1,357
-MAX_DIRECTORY_BYTES = 8 * 1024**2  # 1.32.0's central directory: 124 KB (91 bytes a member)
+MAX_MEMBERS = 20_000  # 1.32.0 has 1,357; checking 20,000 (RECORD too) costs about 25 MB
+MAX_DIRECTORY_BYTES = 4 * 1024**2  # 1.32.0's central directory: 124 KB (91 bytes a member)
 MAX_MEMBER_RATIO = 100.0  # 1.32.0's most compressible member: 12x
 MAX_TOTAL_RATIO = 25.0  # 1.32.0 as a whole: 4.3x
 MEMBER_RATIO_FLOOR = 1024**2  # smaller members may compress well; only their total counts

@@ -16,7 +16,7 @@ import hashlib
 import io
 import zipfile
 
-MAX_RECORD_BYTES = 16 * 1024**2  # 1.32.0's: 150 KB for 1,357 members
+MAX_RECORD_BYTES = 8 * 1024**2  # 1.32.0's: 150 KB for 1,357 members
 HASHES = ("sha256", "sha384", "sha512")  # the wheel spec's: at least as strong as sha256
 _CHUNK = 1 << 20
 _UNHASHED = ("RECORD", "RECORD.jws", "RECORD.p7s")
