@@ -111,3 +111,17 @@ def test_the_runner_cli_waits_for_a_live_name_and_replace_takes_it(
     assert replacing.wait(60) == 0, log.read_text()
     assert "event=registered runner=host-a" in log.read_text()
     assert claim(service, real["token"]) == 401
+
+
+def test_a_name_whose_runner_stopped_cleanly_registers_again(service: Service) -> None:
+    """A runner that said it stopped (``POST /api/runners/offline``) is offline at once: its
+    name is free without waiting two lease periods."""
+    old = register(service, "r3").json()
+    assert register(service, "r3").status_code == 409
+    resp = httpx.post(
+        f"{service.url}/api/runners/offline", headers={"Authorization": f"Bearer {old['token']}"}
+    )
+    assert resp.status_code == 204
+    again = register(service, "r3")
+    assert again.status_code == 200, again.text
+    assert claim(service, old["token"]) == 401
