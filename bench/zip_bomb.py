@@ -13,111 +13,27 @@ afterwards. Removes everything it wrote unless ``--keep``.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import shutil
-import struct
 import sys
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.load import SUBMIT, ServiceProc, start_service
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-_LOCAL = struct.Struct("<4s2B4HL2L2H")
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
-_END = struct.Struct("<4s4H2LH")
-
-
-def make_directory_bomb(
-    dest_dir: Path, members: int, declared: int, version: str = "9.9.0", *, record: bool = False
-) -> Path:
-    """A frontend wheel with ``members`` empty members (plus METADATA and WHEEL, and a RECORD
-    listing them all when ``record``) whose end record declares ``declared`` members; written by
-    hand, as ``zipfile`` cannot lie."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dist = f"nvidia_cudnn_frontend-{version}"
-    path = dest_dir / f"{dist}-py3-none-any.whl"
-    files = [
-        (
-            f"{dist}.dist-info/METADATA",
-            f"Metadata-Version: 2.1\nName: nvidia-cudnn-frontend\nVersion: {version}\n".encode(),
-        ),
-        (f"{dist}.dist-info/WHEEL", b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"),
-    ]
-    central = bytearray()
-    offset = 0
-    with path.open("wb") as out:
-        chunk = bytearray()
-
-        def add(name: bytes, data: bytes) -> None:
-            nonlocal offset
-            crc = zlib.crc32(data)
-            local = _LOCAL.pack(
-                b"PK\x03\x04", 20, 0, 0, 0, 0, 0x21, crc, len(data), len(data), len(name), 0
-            )
-            central.extend(
-                _CENTRAL.pack(
-                    b"PK\x01\x02",
-                    20,
-                    3,
-                    20,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0x21,
-                    crc,
-                    len(data),
-                    len(data),
-                    len(name),
-                    0,
-                    0,
-                    0,
-                    0,
-                    0o100644 << 16,
-                    offset,
-                )
-            )
-            central.extend(name)
-            chunk.extend(local + name + data)
-            offset += len(local) + len(name) + len(data)
-
-        for name, data in files:
-            add(name.encode(), data)
-        empty = base64.urlsafe_b64encode(hashlib.sha256().digest()).rstrip(b"=")
-        listing = bytearray()
-        for name, data in files:
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            listing += b"%s,sha256=%s,%d\n" % (name.encode(), digest, len(data))
-        for i in range(members):
-            member = f"cudnn/{i:07x}".encode()
-            add(member, b"")
-            if record:
-                listing += b"%s,sha256=%s,0\n" % (member, empty)
-            if len(chunk) > 1 << 20:
-                out.write(chunk)
-                chunk.clear()
-        if record:
-            listing += f"{dist}.dist-info/RECORD,,\n".encode()
-            add(f"{dist}.dist-info/RECORD".encode(), bytes(listing))
-        out.write(chunk)
-        out.write(central)
-        count = declared & 0xFFFF
-        out.write(_END.pack(b"PK\x05\x06", 0, 0, count, count, len(central), offset, 0))
-    return path
+from testkit.service import SUBMIT, Service, service_env
+from testkit.wheels import make_directory_bomb
 
 
 class Sampler:
     """The service's RSS every ``period_s``, in a thread; ``peak()`` since the last ``reset()``."""
 
-    def __init__(self, svc: ServiceProc, period_s: float = 0.02) -> None:
+    def __init__(self, svc: Service, period_s: float = 0.02) -> None:
         self.svc, self.period_s = svc, period_s
         self.samples: list[int] = []
         self.done = threading.Event()
@@ -136,7 +52,7 @@ class Sampler:
         return max(self.samples, default=0) / 2**20
 
 
-def post(svc: ServiceProc, wheel: Path) -> dict[str, Any]:
+def post(svc: Service, wheel: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     with wheel.open("rb") as fh:
         resp = httpx.post(
@@ -157,7 +73,7 @@ def post(svc: ServiceProc, wheel: Path) -> dict[str, Any]:
     }
 
 
-def run(svc: ServiceProc, wheel: Path, concurrent: int) -> dict[str, Any]:
+def run(svc: Service, wheel: Path, concurrent: int) -> dict[str, Any]:
     sampler = Sampler(svc)
     try:
         time.sleep(2.0)
@@ -202,7 +118,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="fe-ci-zipbomb-", dir=args.dir))
     try:
         wheel = make_directory_bomb(root / "wheel", args.members, args.declared, record=args.record)
-        svc = start_service(root / "data", 1024, root / "service.log")
+        data = root / "data"
+        svc = Service(data_dir=data, env=service_env(data, FE_CI_MAX_UPLOAD_MB="1024")).start()
         try:
             result = run(svc, wheel, args.concurrent)
         finally:

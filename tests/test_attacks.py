@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 
-from bench.zip_bomb import make_directory_bomb
 from service import wheelcheck
-from tests.conftest import SUBMIT, Service
+from testkit.service import SUBMIT, Service
+from testkit.wheels import make_directory_bomb
 
 
 def post_wheel(svc: Service, wheel: Path) -> httpx.Response:

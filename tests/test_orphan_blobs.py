@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 
 from service.uploads import blob_path
-from tests.conftest import Service, base_env
-from tests.fakewheels import make_wheel
+from testkit.service import Service, service_env
+from testkit.wheels import make_wheel
 
 
 def sha256(path: Path) -> str:
@@ -99,7 +99,7 @@ def test_the_periodic_sweep_removes_an_orphan_and_never_an_upload_in_flight(
     own upload, held 1.5 s between storing the blob and committing, is kept and completes; the
     orphan the killed one leaves is removed once past the grace."""
     live: Service = make_service(FE_CI_ORPHAN_GRACE_S="5", FE_CI_SWEEP_INTERVAL_S="0.2")
-    doomed = Service(data_dir=live.data_dir, env=base_env(live.data_dir, **_sweep_env(live)))
+    doomed = Service(data_dir=live.data_dir, env=service_env(live.data_dir, **_sweep_env(live)))
     doomed.start()
     try:
         wheel = make_wheel(tmp_path / "flight", "9.3.0", "")

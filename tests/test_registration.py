@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import REGISTER, ROOT, Service
+from testkit.service import REGISTER, ROOT, Service
 
 AUTH = {"Authorization": f"Bearer {REGISTER}"}
 

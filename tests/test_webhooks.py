@@ -3,6 +3,7 @@ sign and send the deliveries GitHub would send, in both of its content types."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import time
