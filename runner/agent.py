@@ -105,13 +105,26 @@ class Agent:
         signal.signal(signal.SIGTERM, _graceful)
         signal.signal(signal.SIGINT, _graceful)
 
-    def register(self) -> None:
+    def register(self) -> bool:
+        """Register, waiting while a live runner holds the name; False if stopped meanwhile."""
         token = self.settings.token("runner_token")
         if not token:
             raise ServiceError(401, "no_token", "set FE_CI_RUNNER_TOKEN (the registration token)")
-        reg = self.client.register(token, self.settings.runner_name, self.labels)
+        name, replace = self.settings.runner_name, self.settings.runner_replace
+        while True:
+            try:
+                reg = self.client.register(token, name, self.labels, replace=replace)
+                break
+            except ServiceError as exc:
+                if exc.code != "runner_name_in_use":
+                    raise
+                # This runner restarted before its old self went offline: wait for that.
+                log.warning("event=name_in_use runner=%s retry_in_s=%s (or --replace)", name, 10)
+                if self.stop.wait(self._jitter(10.0)):
+                    return False
         self.client.token = reg.token
         log.info("event=registered runner=%s id=%s labels=%s", reg.name, reg.runner_id, self.labels)
+        return True
 
     def run(self) -> int:
         """Returns the process exit status: 0 on a clean stop, 3 when the service refuses us or
@@ -140,7 +153,8 @@ class Agent:
 
     def _serve(self) -> int:
         try:
-            self.register()
+            if not self.register():
+                return 0
             while not self.stop.is_set():
                 asked = time.monotonic()
                 try:

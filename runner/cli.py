@@ -91,6 +91,7 @@ def serve(
 
     from service.app import create_app
     from service.config import Settings
+    from service.limits import uvicorn_options
 
     setup_logging(log_level)
     try:
@@ -106,7 +107,14 @@ def serve(
         settings.data_dir.resolve(),
         settings.tokens_file.resolve(),
     )
-    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        **uvicorn_options(settings),
+    )
 
 
 # ------------------------------------------------------------------------------------ runner
@@ -115,6 +123,14 @@ def serve(
 @app.command()
 def runner(
     once: Annotated[bool, typer.Option("--once", help="take at most one job, then exit")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="take over the name of a runner that is still registered and alive "
+            "(its token stops working); also FE_CI_RUNNER_REPLACE",
+        ),
+    ] = False,
     log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
     """Run a runner: claim jobs from the service at FE_CI_URL and run them.
@@ -130,7 +146,10 @@ def runner(
     problem = preflight()
     if problem is not None:
         raise fail(problem, EXIT_REFUSED)
-    agent = Agent(RunnerSettings(), once=once)
+    settings = RunnerSettings()
+    if replace:
+        settings = settings.model_copy(update={"runner_replace": True})
+    agent = Agent(settings, once=once)
     agent.install_signal_handlers()
     raise typer.Exit(agent.run())
 

@@ -77,9 +77,9 @@ class Client:
         return resp
 
     def register(
-        self, registration_token: str, name: str, labels: dict[str, str]
+        self, registration_token: str, name: str, labels: dict[str, str], *, replace: bool = False
     ) -> RunnerRegistered:
-        body = RunnerRegister(name=name, labels=labels).model_dump()
+        body = RunnerRegister(name=name, labels=labels, replace=replace).model_dump()
         resp = self._post("/api/runners/register", body, token=registration_token)
         return RunnerRegistered.model_validate(resp.json())
 

@@ -30,6 +30,7 @@ class RunnerSettings(BaseSettings):
     submit_token: str | None = None
     runner_name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "runner")
     runner_labels: Annotated[dict[str, str] | None, NoDecode] = None
+    runner_replace: bool = False  # take the name over from a live runner (``--replace``)
     wheelhouse: Path | None = None
     index_url: str | None = None
     cache_dir: Path = Path.home() / ".cache" / "fe-ci"

@@ -170,6 +170,9 @@ class Environment(_Model):
 class RunnerRegister(_Model):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
     labels: dict[str, str] = Field(default_factory=dict)
+    # Take the name over from a runner that is still alive (its token stops working), as
+    # GitHub's runner ``--replace`` does; without it a live runner's name is refused (409).
+    replace: bool = False
 
 
 class RunnerRegistered(_Model):

@@ -12,13 +12,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
-from service import db, github, notify, queue, uploads
+from service import blobsweep, db, github, headers, limits, notify, queue, uploads
 from service.api import builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
-from service.errors import ApiError, UploadError
+from service.errors import ApiError
 from service.web import apidocs, views
 
 log = logging.getLogger("fe_ci.service")
@@ -34,9 +36,7 @@ def _error(status: int, code: str, message: str, detail: Any = None) -> JSONResp
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        # An upload refused mid-stream leaves the rest of its body unread: close the connection
-        # rather than read (or mis-frame) what the client is still sending.
-        headers = {"Connection": "close"} if isinstance(exc, UploadError) else None
+        headers = {"Connection": "close"} if exc.close_connection else None
         return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -51,6 +51,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
+        # Not an error of the service: the client went away while sending. Nobody reads this.
+        log.info("event=client_gone method=%s path=%s", request.method, request.url.path)
+        return _error(400, "client_gone", "the client went away before the request was complete")
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
@@ -77,28 +83,49 @@ def _sweep_once(app: FastAPI) -> int:
         return changed
 
 
+async def _blob_sweeper(app: FastAPI) -> None:
+    """Its own loop: it only reads the database, so a writer holding the lock never stalls it."""
+    settings: Settings = app.state.settings
+    while True:
+        await asyncio.sleep(settings.sweep_interval_s)
+        try:
+            await asyncio.to_thread(_sweep_blobs, app.state.sessions, settings, "periodic")
+        except Exception:
+            log.exception("event=blob_sweep_failed")
+
+
+def _sweep_blobs(sessions: sessionmaker[Session], settings: Settings, where: str) -> None:
+    with sessions() as session:
+        blobsweep.sweep_orphans(session, settings.data_dir, settings.orphan_grace_s, where=where)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = (settings or Settings()).with_generated_tokens()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db.migrate(settings.url)
     engine = db.make_engine(settings.url)
     uploads.sweep_tmp(settings.data_dir)
+    _sweep_blobs(db.session_factory(engine), settings, "startup")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.queue_changed = asyncio.Event()
         app.state.loop = asyncio.get_running_loop()
-        task = asyncio.create_task(_sweeper(app))
+        tasks = [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             engine.dispose()
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    app.state.uploads_in_flight = 0
+    app.add_middleware(limits.BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
+    app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
     github.StatusReporter(settings).install(app.state.sessions)

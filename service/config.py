@@ -47,6 +47,17 @@ class Settings(BaseSettings):
     sweep_interval_s: float = Field(default=5.0, gt=0)
     # determinism_cost_regressed: the deterministic/control ratio grew more than this factor
     cost_factor: float = Field(default=1.25, gt=1.0)
+    # A push payload of one commit is about 8 KB (the repository object is most of it); 1 MiB
+    # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
+    # GitHub's webhook page, and can be redelivered after raising this.
+    webhook_max_kb: int = Field(default=1024, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # connect to the end of the request head
+    body_timeout_s: float = Field(default=30.0, gt=0)  # between two chunks of a request body
+    max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
+    max_connections: int = Field(default=1000, ge=1)
+    # A blob no build references is removed once this old: an upload commits its build
+    # milliseconds after storing the blob, so an hour never touches one in flight.
+    orphan_grace_s: float = Field(default=3600.0, ge=0)
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

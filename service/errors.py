@@ -13,6 +13,9 @@ class ApiError(Exception):
     code: ClassVar[str] = "error"
     status_code: ClassVar[int] = 400
     message: ClassVar[str] = "bad request"
+    # Refused with the rest of its body unread: the connection is closed rather than read on
+    # (or mis-framed) while the client is still sending.
+    close_connection: ClassVar[bool] = False
 
     def __init__(self, message: str | None = None, *, detail: Any = None) -> None:
         self.text = message or self.message
@@ -39,6 +42,14 @@ class Conflict(ApiError):
     code, status_code, message = "conflict", 409, "conflict"
 
 
+class RunnerRevoked(Forbidden):
+    code, message = "runner_revoked", "this runner name was revoked"
+
+
+class RunnerNameInUse(Conflict):
+    code, message = "runner_name_in_use", "a live runner is registered under this name"
+
+
 class StaleLease(Conflict):
     code, message = "stale_lease", "this lease is no longer current; results refused"
 
@@ -47,10 +58,26 @@ class BadRequest(ApiError):
     code, status_code, message = "bad_request", 400, "bad request"
 
 
+class PayloadTooLarge(ApiError):
+    code, status_code, message = "payload_too_large", 413, "the request body exceeds its limit"
+    close_connection = True
+
+
+class RequestTimeout(ApiError):
+    code, status_code, message = "request_timeout", 408, "the request body stopped arriving"
+    close_connection = True
+
+
+class TooManyRequests(ApiError):
+    code, status_code, message = "too_many_uploads", 503, "too many uploads at once; retry later"
+    close_connection = True
+
+
 class UploadError(ApiError):
     """A rejected upload. Raised before anything reaches the database."""
 
     code, status_code, message = "invalid_upload", 422, "the upload is not a valid frontend wheel"
+    close_connection = True
 
 
 class UploadTooLarge(UploadError):

@@ -3,9 +3,7 @@
 The request body is read with ``request.stream()`` through python-multipart's streaming parser, so
 nothing is spooled before the size limit applies. The ``wheel`` part goes to a temp file in this
 process's own directory under ``<data_dir>/tmp`` while it is counted and hashed. The wheel is then
-checked as a zip, from its central directory only (sizes as declared there bind Python's
-``zipfile``, and so pip: a member never yields more than its declared size), and only METADATA and
-WHEEL are ever decompressed, with a bound. Only a wheel that passes every check is moved to
+checked as a zip by ``service.wheelcheck``. Only a wheel that passes every check is moved to
 ``<data_dir>/blobs/<ab>/<sha256>.whl``; any failure removes the temp file, so a rejected upload
 leaves nothing behind.
 """
@@ -17,58 +15,30 @@ import fcntl
 import hashlib
 import logging
 import os
-import re
 import shutil
-import stat
-import struct
 import tempfile
 import threading
 import time
-import zipfile
-import zlib
 from dataclasses import dataclass
-from email.message import Message
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from service.errors import (
-    ApiError,
-    BadRequest,
-    BadWheelName,
-    NotAWheel,
-    UnsafeWheel,
-    UploadError,
-    UploadTooLarge,
-    WrongDistribution,
-)
+from service.errors import ApiError, BadRequest, BadWheelName, UploadError, UploadTooLarge
+from service.wheelcheck import MAX_UNPACKED_BYTES, check_filename, check_wheel
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 log = logging.getLogger("fe_ci.uploads")
 
-DISTRIBUTION = "nvidia-cudnn-frontend"
 FIELD = "wheel"
 ENVELOPE_BYTES = 64 * 1024  # boundaries, part headers and small extra fields around the wheel
-MAX_UNPACKED_BYTES = 4 * 1024**3  # 1.32.0 unpacks to 49 MB
-MAX_MEMBERS = 50_000  # 1.32.0 has 1,357
-MAX_MEMBER_RATIO = 100.0  # 1.32.0's most compressible member: 12x
-MAX_TOTAL_RATIO = 25.0  # 1.32.0 as a whole: 4.3x
-MEMBER_RATIO_FLOOR = 1024**2  # smaller members may compress well; only their total counts
-TOTAL_RATIO_FLOOR = 16 * 1024**2
-MAX_META_BYTES = 4 * 1024**2  # METADATA (with its long description) and WHEEL
 
 
 class MissingWheel(UploadError):
@@ -123,7 +93,7 @@ async def receive_wheel(
             await run_in_threadpool(_flush, out)
         filename = sink.filename
         dist, version = await run_in_threadpool(
-            _check_wheel, part, filename, Version(sink.version), max_unpacked_bytes
+            _check_bounded, part, filename, Version(sink.version), max_unpacked_bytes
         )
         path, created = await run_in_threadpool(_store, part, blob_path(data_dir, sink.sha256))
     except BaseException as exc:
@@ -145,6 +115,18 @@ async def receive_wheel(
         created,
     )
     return StoredWheel(sink.sha256, filename, sink.size, path, dist, version, created)
+
+
+# Checking a wheel of MAX_MEMBERS members costs about 25 MB while it runs; at most this
+# many checks run at once, whatever the number of uploads streaming.
+_checks = threading.BoundedSemaphore(2)
+
+
+def _check_bounded(
+    part: Path, filename: str, version: Version, max_unpacked: int
+) -> tuple[str, str]:
+    with _checks:
+        return check_wheel(part, filename, version, max_unpacked)
 
 
 def discard(stored: StoredWheel) -> None:
@@ -280,7 +262,7 @@ class _WheelSink:
             raise BadWheelName(f"the '{FIELD}' field carries no file name; send it as a file")
         self.found = True
         self.file_name = params[b"filename"].decode("latin-1")
-        self.version = _check_filename(self.file_name)  # refused before its data is read
+        self.version = check_filename(self.file_name)  # refused before its data is read
         self.in_wheel = True
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
@@ -369,251 +351,14 @@ def _store(part: Path, blob: Path) -> tuple[Path, bool]:
         os.link(part, blob)  # atomic create-if-absent: of two racing uploads only one creates
     except FileExistsError:
         part.unlink()
+        os.utime(blob)  # fresh again: the orphan sweep's grace period covers this upload too
         return blob, False
     except OSError:  # a file system without hard links
         if blob.exists():
             part.unlink()
+            os.utime(blob)
             return blob, False
         os.replace(part, blob)
         return blob, True
     part.unlink()
     return blob, True
-
-
-# ---------------------------------------------------------------- the checks, in order
-
-
-def _check_filename(filename: str) -> str:
-    """Raise if the file name is no frontend wheel's; return the version it names."""
-    _guard(_validate_filename(filename), BadWheelName, "filename", filename)
-    name, version, _build, _tags = parse_wheel_filename(filename)
-    _guard(_validate_name(name, "the file name"), WrongDistribution, "distribution", filename)
-    return str(version)
-
-
-def _check_wheel(path: Path, filename: str, version: Version, max_unpacked: int) -> tuple[str, str]:
-    """Raise the first check that fails; return the (distribution, version) of a good wheel."""
-    count = _member_count(path)
-    _guard(_validate_is_zip(count), NotAWheel, "zip", filename)
-    _guard(_validate_member_count(count), UnsafeWheel, "member_count", filename)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            members = zf.infolist()
-            _guard(_validate_member_names(members), UnsafeWheel, "member_name", filename)
-            _guard(_validate_member_types(members), UnsafeWheel, "member_type", filename)
-            _guard(_validate_member_ratios(members), UnsafeWheel, "member_ratio", filename)
-            _guard(_validate_total_ratio(members), UnsafeWheel, "total_ratio", filename)
-            _guard(_validate_unpacked(members, max_unpacked), UnsafeWheel, "unpacked", filename)
-            dirs = _dist_info_dirs(members)
-            _guard(_validate_dist_info(dirs, version), NotAWheel, "dist_info", filename)
-            wheel, reason = _read_headers(zf, members, f"{dirs[0]}/WHEEL")
-            _guard((wheel is not None, reason), NotAWheel, "wheel_file", filename)
-            assert wheel is not None
-            _guard(_validate_wheel_version(wheel), NotAWheel, "wheel_version", filename)
-            meta, reason = _read_headers(zf, members, f"{dirs[0]}/METADATA")
-            _guard((meta is not None, reason), NotAWheel, "metadata", filename)
-            assert meta is not None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, struct.error) as exc:
-        raise NotAWheel(
-            f"the file is not a readable zip: {exc}",
-            detail={"check": "zip_read", "filename": filename},
-        ) from exc
-    meta_name = str(meta.get("Name", ""))
-    _guard(_validate_name(meta_name, "METADATA"), WrongDistribution, "metadata_name", filename)
-    _guard(_validate_metadata_version(meta, version), NotAWheel, "metadata_version", filename)
-    return canonicalize_name(meta_name), str(version)
-
-
-def _guard(result: tuple[bool, str], error: type[UploadError], check: str, filename: str) -> None:
-    ok, reason = result
-    if not ok:
-        raise error(reason, detail={"check": check, "filename": filename})
-
-
-_SAFE_FILENAME = re.compile(r"^[A-Za-z0-9._+!-]+$")
-
-
-def _validate_filename(filename: str) -> tuple[bool, str]:
-    if not filename.endswith(".whl"):
-        return False, f"file name {filename!r} does not end in .whl"
-    if "/" in filename or "\\" in filename:
-        return False, f"file name {filename!r} contains a path separator"
-    if len(filename) > 255 or not _SAFE_FILENAME.match(filename):
-        return False, f"file name {filename!r} has characters a wheel name cannot have"
-    try:
-        parse_wheel_filename(filename)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
-        return False, f"file name {filename!r} is not a PEP 427 wheel name: {exc}"
-    return True, ""
-
-
-def _validate_name(name: str, where: str) -> tuple[bool, str]:
-    if canonicalize_name(name) != DISTRIBUTION:
-        return False, f"{where} names distribution {name!r}, expected {DISTRIBUTION}"
-    return True, ""
-
-
-_EOCD, _EOCD64_LOCATOR, _EOCD64 = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
-
-
-def _member_count(path: Path) -> int | None:
-    """The member count from the zip's end record, read without ``zipfile`` (which would first
-    build an object per member); None when the file has no end record, so is not a zip."""
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        fh.seek(max(0, size - (22 + 0xFFFF)))  # the end record and the longest comment
-        tail = fh.read()
-        at = tail.rfind(_EOCD)
-        if at < 0 or len(tail) - at < 22:
-            return None
-        (count,) = struct.unpack("<H", tail[at + 10 : at + 12])
-        locator = at - 20
-        if count == 0xFFFF and locator >= 0 and tail[locator : locator + 4] == _EOCD64_LOCATOR:
-            (offset,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
-            fh.seek(offset)
-            record = fh.read(56)
-            if len(record) < 56 or record[:4] != _EOCD64:
-                return None
-            (count,) = struct.unpack("<Q", record[32:40])
-    return int(count)
-
-
-def _validate_is_zip(count: int | None) -> tuple[bool, str]:
-    if count is None:
-        return False, "the file is not a zip archive (no end of central directory record)"
-    return True, ""
-
-
-def _validate_member_count(count: int | None) -> tuple[bool, str]:
-    if count is not None and count > MAX_MEMBERS:
-        return False, f"the archive has {count} members; at most {MAX_MEMBERS} are allowed"
-    return True, ""
-
-
-_DRIVE = re.compile(r"^[A-Za-z]:")
-
-
-def _validate_member_names(members: list[zipfile.ZipInfo]) -> tuple[bool, str]:
-    seen: set[str] = set()
-    for info in members:
-        name = info.orig_filename
-        if "\x00" in name:
-            return False, f"member {name!r} contains a NUL character"
-        if name.startswith("/"):
-            return False, f"member {name!r} is an absolute path"
-        if "\\" in name:
-            return False, f"member {name!r} contains a backslash"
-        if _DRIVE.match(name):
-            return False, f"member {name!r} names a drive"
-        if ".." in name.split("/"):
-            return False, f"member {name!r} escapes the wheel"
-        if name in seen:
-            return False, f"member {name!r} appears more than once"
-        seen.add(name)
-    return True, ""
-
-
-def _validate_member_types(members: list[zipfile.ZipInfo]) -> tuple[bool, str]:
-    for info in members:
-        mode = info.external_attr >> 16
-        if stat.S_ISLNK(mode):
-            return False, f"member {info.filename!r} is a symbolic link"
-        if info.flag_bits & 0x1:
-            return False, f"member {info.filename!r} is encrypted"
-    return True, ""
-
-
-def _ratio(unpacked: int, packed: int) -> float:
-    return unpacked / packed if packed else float("inf")
-
-
-def _validate_member_ratios(members: list[zipfile.ZipInfo]) -> tuple[bool, str]:
-    for info in members:
-        ratio = _ratio(info.file_size, info.compress_size)
-        if info.file_size >= MEMBER_RATIO_FLOOR and ratio > MAX_MEMBER_RATIO:
-            return False, (
-                f"member {info.filename!r} would unpack from {info.compress_size} to "
-                f"{info.file_size} bytes (ratio {ratio:.0f}, at most {MAX_MEMBER_RATIO:.0f})"
-            )
-    return True, ""
-
-
-def _validate_total_ratio(members: list[zipfile.ZipInfo]) -> tuple[bool, str]:
-    unpacked = sum(info.file_size for info in members)
-    packed = sum(info.compress_size for info in members)
-    ratio = _ratio(unpacked, packed)
-    if unpacked >= TOTAL_RATIO_FLOOR and ratio > MAX_TOTAL_RATIO:
-        return False, (
-            f"the archive would unpack from {packed} to {unpacked} bytes "
-            f"(ratio {ratio:.0f}, at most {MAX_TOTAL_RATIO:.0f})"
-        )
-    return True, ""
-
-
-def _validate_unpacked(members: list[zipfile.ZipInfo], cap: int) -> tuple[bool, str]:
-    unpacked = sum(info.file_size for info in members)
-    if unpacked > cap:
-        return False, f"the archive would unpack to {unpacked} bytes; the limit is {cap}"
-    return True, ""
-
-
-def _dist_info_dirs(members: list[zipfile.ZipInfo]) -> list[str]:
-    tops = {info.filename.split("/", 1)[0] for info in members if "/" in info.filename}
-    return sorted(top for top in tops if top.endswith(".dist-info"))
-
-
-def _validate_dist_info(found: list[str], version: Version) -> tuple[bool, str]:
-    if not found:
-        return False, "the archive has no .dist-info directory"
-    if len(found) > 1:
-        return False, f"the archive has {len(found)} .dist-info directories: {', '.join(found)}"
-    stem = found[0].removesuffix(".dist-info")
-    dist, _, ver = stem.rpartition("-")
-    try:
-        same = canonicalize_name(dist) == DISTRIBUTION and Version(ver) == version
-    except InvalidVersion:
-        same = False
-    if not same:
-        return False, (
-            f"directory {found[0]!r} does not match the file name ({DISTRIBUTION} {version})"
-        )
-    return True, ""
-
-
-def _read_headers(
-    zf: zipfile.ZipFile, members: list[zipfile.ZipInfo], wanted: str
-) -> tuple[Message | None, str]:
-    """The RFC 822 headers of member ``wanted``, decompressing at most MAX_META_BYTES."""
-    directory, _, leaf = wanted.rpartition("/")
-    info = next((i for i in members if i.filename == wanted), None)
-    if info is None:
-        return None, f"the wheel has no {leaf} in {directory}/"
-    if info.file_size > MAX_META_BYTES:
-        return None, f"{leaf} declares {info.file_size} bytes; at most {MAX_META_BYTES} allowed"
-    try:
-        with zf.open(info) as fh:
-            raw = fh.read(MAX_META_BYTES + 1)
-        text = raw.decode("utf-8")
-    except (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zlib.error) as exc:
-        return None, f"{leaf} cannot be read: {exc}"
-    return HeaderParser().parsestr(text), ""
-
-
-def _validate_wheel_version(wheel: Message) -> tuple[bool, str]:
-    declared = str(wheel.get("Wheel-Version", "")).strip()
-    if not declared:
-        return False, "WHEEL has no Wheel-Version"
-    if declared.split(".")[0] != "1":
-        return False, f"WHEEL declares Wheel-Version {declared}; only 1.x is understood"
-    return True, ""
-
-
-def _validate_metadata_version(meta: Message, version: Version) -> tuple[bool, str]:
-    declared = str(meta.get("Version", "")).strip()
-    try:
-        same = Version(declared) == version
-    except InvalidVersion:
-        same = False
-    if not same:
-        return False, f"METADATA says version {declared!r} but the file name says {version}"
-    return True, ""

@@ -78,7 +78,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    # wait_for_function evaluates a string, which the pages' Content-Security-Policy forbids
+    # (no 'unsafe-eval'); tests/test_attacks.py runs the dashboard under the policy.
+    context = browser.new_context(viewport={"width": 1500, "height": 900}, bypass_csp=True)
     pg = context.new_page()
     pg.set_default_timeout(15_000)
     yield pg

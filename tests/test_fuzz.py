@@ -46,10 +46,13 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def _register(svc: Service) -> str:
+    """Register (again) as ``fuzz-runner``: lift a revocation the fuzz made, take the name over."""
+    auth = {"Authorization": f"Bearer {REGISTER}"}
+    httpx.post(f"{svc.url}/api/runners/1/reinstate", headers=auth)  # 404 before the first
     resp = httpx.post(
         f"{svc.url}/api/runners/register",
-        json={"name": "fuzz-runner", "labels": {}},
-        headers={"Authorization": f"Bearer {REGISTER}"},
+        json={"name": "fuzz-runner", "labels": {}, "replace": True},
+        headers=auth,
     )
     assert resp.status_code == 200, resp.text
     return str(resp.json()["token"])
@@ -59,7 +62,7 @@ def _token(svc: Service, path: str) -> str:
     if path.startswith("/api/runners/"):
         return REGISTER
     if path.startswith("/api/jobs/"):
-        # The fuzz may revoke runner 1 (this one): register again, which re-issues its token.
+        # The fuzz may revoke runner 1 (this one): lift it and register again for a new token.
         return _register(svc)
     return SUBMIT
 

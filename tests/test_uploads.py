@@ -30,7 +30,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from service import uploads
+from service import uploads, wheelcheck
 from service.errors import ApiError
 from testkit import wheels
 from testkit.registry import registry_wheel
@@ -57,7 +57,7 @@ def make_app(data_dir: Path) -> FastAPI:
     async def upload(
         request: Request,
         max_bytes: int = 64 * MiB,
-        max_unpacked: int = uploads.MAX_UNPACKED_BYTES,
+        max_unpacked: int = wheelcheck.MAX_UNPACKED_BYTES,
     ) -> dict[str, Any]:
         stored = await uploads.receive_wheel(
             request, data_dir=data_dir, max_bytes=max_bytes, max_unpacked_bytes=max_unpacked
@@ -123,7 +123,15 @@ def wheel_with(
     if wheel is not None:
         members[f"{dist_info}/WHEEL"] = wheel
     members.update(extra or {})
-    return wheels.wheel_bytes(members)
+    # a RECORD of the members, as a wheel builder writes it (none without a .dist-info at all)
+    listed = metadata is not None or wheel is not None
+    return wheels.wheel_bytes(members, record=dist_info if listed else None)
+
+
+def record_of(members: dict[str, bytes], record: str) -> bytes:
+    """The RECORD of ``members``, as a wheel builder writes it."""
+    lines = [wheels.record_line(name, data) for name, data in members.items()]
+    return ("\n".join([*lines, f"{record},,"]) + "\n").encode()
 
 
 def post(server: Server, content: bytes, filename: str = NAME, **params: int) -> httpx.Response:
@@ -381,11 +389,11 @@ def test_total_unpacked_size_is_capped(server: Server) -> None:
 def test_member_count_is_capped(server: Server) -> None:
     buf = io.BytesIO(wheel_with())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_STORED) as zf:
-        for i in range(uploads.MAX_MEMBERS):
+        for i in range(wheelcheck.MAX_MEMBERS):
             zf.writestr(f"cudnn/e{i}", b"")
     resp = post(server, buf.getvalue())
     error = assert_refused(server, resp, 422, "unsafe_wheel", "member_count")
-    assert f"the archive has {uploads.MAX_MEMBERS + 3} members" in error["message"]
+    assert f"the archive has more than {wheelcheck.MAX_MEMBERS} members" in error["message"]
 
 
 # ---------------------------------------------------------------- size and framing
@@ -563,3 +571,58 @@ def test_sweep_removes_a_killed_process_area_and_keeps_a_live_one(tmp_path: Path
     assert not dead.exists()
     assert (live / "upload-live.part").is_file()  # this process's own area is never swept
     assert uploads.upload_area(tmp_path) == live
+
+
+# ---------------------------------------------------------------- RECORD
+
+
+def test_a_member_that_does_not_match_its_record_hash_is_refused(server: Server) -> None:
+    """A wheel edited after it was built: RECORD lists the original bytes."""
+    good = wheel_with({"cudnn/api.py": b"def f(): return 1\n"})
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(good)) as src, zipfile.ZipFile(buf, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info.filename, b"def f(): return 2\n" if "api" in info.filename else data)
+    error = assert_refused(server, post(server, buf.getvalue()), 422, "not_a_wheel", "record")
+    assert "'cudnn/api.py' does not match its RECORD hash" in error["message"]
+
+
+def test_a_member_record_does_not_list_is_refused(server: Server) -> None:
+    buf = io.BytesIO(wheel_with())
+    with zipfile.ZipFile(buf, "a") as zf:
+        zf.writestr("cudnn/smuggled.py", b"import os\n")
+    error = assert_refused(server, post(server, buf.getvalue()), 422, "not_a_wheel", "record")
+    assert "'cudnn/smuggled.py' is not listed in RECORD" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        (None, "has no"),
+        (b"cudnn/__init__.py,md5=abc,23\n", "no sha256"),
+        (b"cudnn/gone.py,sha256=abc,1\n", "which the archive does not have"),
+    ],
+    ids=["missing", "weak-hash", "lists-absent"],
+)
+def test_a_missing_or_wrong_record_is_refused(
+    server: Server, record: bytes | None, says: str
+) -> None:
+    members = {
+        "cudnn/__init__.py": b"__version__ = '1.32.0'\n",
+        f"{DIST_INFO}/METADATA": METADATA,
+        f"{DIST_INFO}/WHEEL": WHEEL,
+    }
+    rows = record_of(members, f"{DIST_INFO}/RECORD")
+    if record is not None and b"md5" in record:
+        rows = rows.replace(rows.split(b"\n")[0] + b"\n", record)
+    elif record is not None:
+        rows += record
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        if record is not None or says != "has no":
+            zf.writestr(f"{DIST_INFO}/RECORD", rows)
+    error = assert_refused(server, post(server, buf.getvalue()), 422, "not_a_wheel", "record")
+    assert says in error["message"]

@@ -3,12 +3,15 @@ sign and send the deliveries GitHub would send, in both of its content types."""
 
 from __future__ import annotations
 
+import hmac
+import json
+import socket
 import time
 
 import httpx
 import pytest
 
-from testkit.service import Service
+from testkit.service import SUBMIT, WEBHOOK, Service
 from tests.github_recorder import Call, GitHubRecorder
 from tests.helpers import AFTER, push, register, send
 
@@ -121,3 +124,106 @@ def test_commit_statuses_go_to_the_configured_api(make_service) -> None:  # type
     last = build_status(calls)[-1]
     assert last.body["state"] == "failure" and "build_failed" in last.body["description"]
     github.close()
+
+
+def test_a_replayed_push_adds_no_build_and_names_the_existing_one(service: Service) -> None:
+    """The same signed body under new delivery ids: one build, and every answer names it."""
+    first = send(service, push(), delivery="replay-1").json()
+    assert first["outcome"].startswith("queued")
+    for n in range(2, 5):
+        again = send(service, push(), delivery=f"replay-{n}").json()
+        assert again["build_id"] == first["build_id"], again
+        assert (
+            again["outcome"].startswith("already built")
+            and str(first["build_id"]) in again["outcome"]
+        )
+    assert len(builds(service)) == 1
+    # the same commit on another watched branch is another build; a cancelled build is rebuilt
+    # when pushed again
+    httpx.post(
+        f"{service.url}/api/builds/{first['build_id']}/cancel",
+        headers={"Authorization": f"Bearer {SUBMIT}"},
+    ).raise_for_status()
+    rebuilt = send(service, push(), delivery="replay-after-cancel").json()
+    assert rebuilt["outcome"].startswith("queued") and rebuilt["build_id"] != first["build_id"]
+
+
+def test_a_commit_id_with_a_trailing_newline_is_refused(service: Service) -> None:
+    resp = send(service, push(after=AFTER + "\n"), delivery="nl")
+    assert resp.status_code == 400 and "40-hex" in resp.json()["error"]["message"]
+    resp = httpx.post(
+        f"{service.url}/validate",
+        json={"commit": AFTER + "\n"},
+        headers={"Authorization": f"Bearer {SUBMIT}"},
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_request"
+    assert builds(service) == []
+
+
+def deeply_nested(depth: int) -> str:
+    return '{"ref": "refs/heads/develop", "x": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(push(head_commit="a string")),
+        json.dumps(push(pusher=["a", "list"])),
+        json.dumps(push(ref=["refs/heads/develop"])),
+        json.dumps(push(deleted={"no": 1})),
+        deeply_nested(100_000),
+    ],
+    ids=["head_commit-string", "pusher-list", "ref-list", "deleted-object", "nested-100000"],
+)
+def test_signed_payloads_of_the_wrong_shape_are_400_in_the_error_shape(
+    service: Service, body: str
+) -> None:
+    raw = body.encode()
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "push",
+        "X-GitHub-Delivery": "shape",
+        "X-Hub-Signature-256": "sha256=" + hmac.new(WEBHOOK.encode(), raw, "sha256").hexdigest(),
+    }
+    resp = httpx.post(f"{service.url}/api/webhooks/github", content=raw, headers=headers)
+    assert resp.status_code == 400, resp.text
+    assert set(resp.json()["error"]) == {"code", "message", "detail"}
+    assert builds(service) == []
+    assert "event=unhandled_error" not in service.log_path.read_text()
+
+
+def test_delivery_ids_that_share_their_first_100_characters_do_not_collide(
+    service: Service,
+) -> None:
+    """Was: ids cut to 100 characters, so the second delivery read as a duplicate of the first.
+    Now an id longer than the column is refused (GitHub's are 36-character GUIDs)."""
+    stem = "d" * 100
+    resp = send(service, push(), delivery=stem + "-first")
+    assert resp.status_code == 400 and "X-GitHub-Delivery" in resp.json()["error"]["message"]
+    ok = send(service, push(), delivery=stem)
+    other = send(service, push(after="c" * 40), delivery="d" * 99 + "e")
+    assert ok.status_code == other.status_code == 200
+    assert ok.json()["build_id"] != other.json()["build_id"]
+    assert len(builds(service)) == 2
+
+
+def test_an_unsigned_body_is_refused_unread_and_a_signed_one_is_bounded(make_service) -> None:  # type: ignore[no-untyped-def]
+    """An unsigned request is answered before its body is read; a signed one past the limit
+    is refused while it streams (413), whatever it declares."""
+    svc: Service = make_service(FE_CI_WEBHOOK_MAX_KB="64")
+    big = b"x" * (200 * 1024)
+    url = f"{svc.url}/api/webhooks/github"
+    with socket.create_connection(("127.0.0.1", svc.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 25000000\r\n\r\n{"
+        )
+        answer = sock.recv(4096)  # the body never comes: answered from the headers alone
+    assert answer.startswith(b"HTTP/1.1 401"), answer
+    headers = {"X-GitHub-Event": "push", "X-GitHub-Delivery": "u"}
+    headers["X-Hub-Signature-256"] = "sha256=" + "0" * 64
+    resp = httpx.post(url, content=big, headers=headers)
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "payload_too_large"
+    resp = httpx.post(url, content=iter([big]), headers=headers)  # chunked: no Content-Length
+    assert resp.status_code == 413
+    assert builds(svc) == []

@@ -31,9 +31,17 @@ from runner.wire import (
     Stage,
     StagePost,
 )
-from service import feature_regression, history, memory, notify, queue, uploads
+from service import feature_regression, history, limits, memory, notify, queue, uploads
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
-from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease
+from service.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    RunnerNameInUse,
+    RunnerRevoked,
+    StaleLease,
+)
 from service.models import Artifact, Job, Runner, utcnow
 from service.report import store_stage
 
@@ -54,11 +62,12 @@ def register_runner(
     if runner is None:
         runner = Runner(name=body.name)
         session.add(runner)
+    else:
+        _check_name_free(runner, body.replace, settings.lease_seconds)
     runner.labels = body.labels
     runner.family = family
     runner.builder = body.labels.get("builder", "").lower() in ("1", "true", "yes")
     runner.token_hash = queue.hash_token(token)
-    runner.revoked_at = None
     runner.offline_at = None
     runner.last_seen_at = utcnow()
     session.commit()
@@ -73,18 +82,56 @@ def runner_offline(session: SessionDep, runner: RunnerDep) -> Response:
     return Response(status_code=204)
 
 
+def _check_name_free(runner: Runner, replace: bool, lease_seconds: int) -> None:
+    """A revoked name stays revoked; a live runner's name is taken over only on request."""
+    if runner.revoked_at is not None:
+        raise RunnerRevoked(
+            f"runner {runner.name!r} was revoked; an operator lifts it with "
+            f"POST /api/runners/{runner.id}/reinstate",
+            detail={"runner_id": runner.id},
+        )
+    alive_since = utcnow() - timedelta(seconds=2 * lease_seconds)
+    alive = runner.offline_at is None and runner.last_seen_at >= alive_since
+    if alive and not replace:
+        raise RunnerNameInUse(
+            f"runner {runner.name!r} is registered and was seen at {runner.last_seen_at:%H:%M:%S}"
+            f" UTC; register again once it is offline (stopped, or {2 * lease_seconds} s "
+            "unseen), or with replace (fe-ci runner --replace) to take the name over",
+            detail={"runner_id": runner.id, "last_seen_at": runner.last_seen_at.isoformat()},
+        )
+
+
 @router.post("/runners/{runner_id}/revoke", status_code=204)
 def revoke_runner(
     request: Request, runner_id: IdPath, session: SessionDep, settings: SettingsDep
 ) -> Response:
-    """Revoke a runner's token (registration token required)."""
+    """Revoke a runner's token and its name (registration token required)."""
     require_registration(request, settings)
-    runner = session.get(Runner, runner_id)
-    if runner is None:
-        raise NotFound(f"no runner {runner_id}")
+    runner = _runner(session, runner_id)
     runner.revoked_at = utcnow()
     session.commit()
     return Response(status_code=204)
+
+
+@router.post("/runners/{runner_id}/reinstate", status_code=204)
+def reinstate_runner(
+    request: Request, runner_id: IdPath, session: SessionDep, settings: SettingsDep
+) -> Response:
+    """Lift a revocation: the name may register again; the revoked token stays dead."""
+    require_registration(request, settings)
+    runner = _runner(session, runner_id)
+    runner.revoked_at = None
+    runner.token_hash = queue.hash_token(secrets.token_urlsafe(32))  # known to nobody
+    runner.offline_at = utcnow()  # with its token dead, nothing can be alive under the name
+    session.commit()
+    return Response(status_code=204)
+
+
+def _runner(session: Session, runner_id: int) -> Runner:
+    runner = session.get(Runner, runner_id)
+    if runner is None:
+        raise NotFound(f"no runner {runner_id}")
+    return runner
 
 
 def _lease(
@@ -254,9 +301,10 @@ async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -
     python_tag = request.headers.get("x-python-tag", "")
     await run_in_threadpool(_check_build_lease, request, runner.id, job_id, token)
     settings = request.app.state.settings
-    stored = await uploads.receive_wheel(
-        request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
-    )
+    with limits.upload_slot(request):
+        stored = await uploads.receive_wheel(
+            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+        )
     try:
         await run_in_threadpool(_record_artifact, request, job_id, stored, python_tag)
     except BaseException:

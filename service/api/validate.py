@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from runner.wire import BuildAccepted
-from service import notify, queue, uploads
+from service import limits, notify, queue, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep
 from service.errors import BadRequest, UploadTooLarge
@@ -21,7 +21,7 @@ from service.models import Build
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
 
-_SHA = re.compile(r"^[0-9a-f]{40}$")
+_SHA = re.compile(r"[0-9a-f]{40}")
 MAX_JSON_BYTES = 64 * 1024  # {"commit": "<40 hex>"} is 52 bytes
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
@@ -76,7 +76,7 @@ async def _read_commit(request: Request) -> str:
     except ValueError as exc:
         raise BadRequest("the body is not valid JSON") from exc
     commit = body.get("commit") if isinstance(body, dict) else None
-    if not isinstance(commit, str) or not _SHA.match(commit.lower()):
+    if not isinstance(commit, str) or not _SHA.fullmatch(commit.lower()):
         raise BadRequest('send {"commit": "<40 hex digits>"}', detail={"commit": commit})
     return commit.lower()
 
@@ -94,9 +94,10 @@ async def create_build(
         )
         accepted = await run_in_threadpool(_insert, request, settings, build)
     elif ctype == "multipart/form-data":
-        stored = await uploads.receive_wheel(
-            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
-        )
+        with limits.upload_slot(request):
+            stored = await uploads.receive_wheel(
+                request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+            )
         build = Build(
             source="wheel",
             version=stored.version,

@@ -1,7 +1,10 @@
 """``POST /api/webhooks/github``: a push to a watched branch becomes one commit build.
 
-The signature is checked over the raw body before anything is parsed. The repository built is
-always ``FE_CI_REPO_URL``, never a URL from the payload. Answers fast: the work is queued.
+A request without a signature header is refused before its body is read; the body is bounded
+(``FE_CI_WEBHOOK_MAX_KB``) while it streams, and the signature is checked over the raw body before
+anything is parsed. The repository built is always ``FE_CI_REPO_URL``, never a URL from the
+payload. A push of a commit that already has a build on that branch (queued, running or finished)
+adds none: the answer names the build. Answers fast: the work is queued.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -23,14 +27,38 @@ from sqlalchemy.orm import Session
 from service import notify, queue
 from service.config import Settings
 from service.deps import SettingsDep
-from service.errors import BadRequest, Unauthorized
+from service.errors import BadRequest, PayloadTooLarge, Unauthorized
 from service.models import Build, WebhookDelivery
 
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
 
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
+_SHA = re.compile(r"[0-9a-f]{40}")
+# GitHub's delivery ids are GUIDs (36 characters). A longer one is refused rather than cut: cut to
+# the column's 100 characters, two ids sharing their first 100 would be one delivery.
+MAX_DELIVERY_ID = 100
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class HeadCommit(_Loose):
+    message: str = ""
+
+
+class Pusher(_Loose):
+    name: str = "push"
+
+
+class PushEvent(_Loose):
+    """The fields of a push that are read; a field of the wrong type is a 400."""
+
+    ref: str
+    after: str | None = None
+    deleted: bool = False
+    head_commit: HeadCommit | None = None
+    pusher: Pusher | None = None
 
 
 def signature_ok(secret: str | None, body: bytes, header: str | None) -> bool:
@@ -38,6 +66,24 @@ def signature_ok(secret: str | None, body: bytes, header: str | None) -> bool:
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, header[len("sha256=") :])
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused past ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"the payload declares {declared} bytes; the limit is {limit}",
+            detail={"max_bytes": limit},
+        )
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(
+                f"the payload exceeds the limit of {limit} bytes", detail={"max_bytes": limit}
+            )
+    return bytes(body)
 
 
 def parse_payload(content_type: str, body: bytes) -> dict[str, Any]:
@@ -51,30 +97,47 @@ def parse_payload(content_type: str, body: bytes) -> dict[str, Any]:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequest("the payload is not valid JSON") from exc
+    except RecursionError as exc:
+        raise BadRequest("the payload's JSON is nested too deeply") from exc
     if not isinstance(data, dict):
         raise BadRequest("the payload is not a JSON object")
     return data
 
 
-def _push_decision(settings: Settings, payload: dict[str, Any]) -> tuple[str | None, str]:
+def parse_push(payload: dict[str, Any]) -> PushEvent:
+    try:
+        return PushEvent.model_validate(payload)
+    except ValidationError as exc:
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()[:20]]
+        raise BadRequest("the push payload has fields of the wrong type", detail=errors) from exc
+
+
+def _push_decision(settings: Settings, push: PushEvent) -> tuple[str | None, str]:
     """(commit to build or None, what was decided)."""
-    ref = payload.get("ref")
-    after = payload.get("after")
-    if not isinstance(ref, str):
-        raise BadRequest("a push payload needs 'ref'")
-    if payload.get("deleted") or (isinstance(after, str) and set(after) == {"0"}):
+    ref, after = push.ref, push.after
+    if push.deleted or (after is not None and set(after) == {"0"}):
         return None, f"ignored: {ref} was deleted"
     if not ref.startswith("refs/heads/"):
         return None, f"ignored: {ref} is not a branch"
     if ref not in settings.branches:
         return None, f"ignored: {ref} is not watched ({', '.join(settings.branches)})"
-    if not isinstance(after, str) or not _SHA.match(after):
+    if after is None or not _SHA.fullmatch(after):
         raise BadRequest("a push payload needs 'after', a 40-hex commit")
     return after, f"queued {after[:12]} of {ref}"
 
 
+def _existing_build(session: Session, settings: Settings, branch: str, commit: str) -> Build | None:
+    """The newest build of this commit on this branch that was not cancelled."""
+    return session.scalars(
+        select(Build)
+        .where(Build.source == "commit", Build.repo == settings.repo_url)
+        .where(Build.branch == branch, Build.commit == commit, Build.cancelled_at.is_(None))
+        .order_by(Build.id.desc())
+    ).first()
+
+
 def _record(
-    request: Request, settings: Settings, delivery: str, event: str, payload: dict[str, Any]
+    request: Request, settings: Settings, delivery: str, event: str, push: PushEvent | None
 ) -> dict[str, Any]:
     session: Session
     with request.app.state.sessions() as session:
@@ -85,22 +148,29 @@ def _record(
             return {"outcome": f"duplicate delivery: {seen.outcome}", "build_id": seen.build_id}
         build_id = None
         commit, outcome = (None, f"ignored: {event} event")
-        if event == "push":
-            commit, outcome = _push_decision(settings, payload)
-        if commit is not None:
-            head = payload.get("head_commit") or {}
-            build = Build(
-                source="commit",
-                repo=settings.repo_url,
-                commit=commit,
-                branch=str(payload["ref"]).removeprefix("refs/heads/"),
-                message=str(head.get("message", ""))[:10000] or None,
-                submitted_by=f"github:{(payload.get('pusher') or {}).get('name', 'push')}",
-            )
-            session.add(build)
-            queue.create_jobs(session, build, settings)
-            queue.announce(session, build)
-            build_id = build.id
+        if push is not None:
+            commit, outcome = _push_decision(settings, push)
+        if push is not None and commit is not None:
+            branch = push.ref.removeprefix("refs/heads/")
+            existing = _existing_build(session, settings, branch, commit)
+            if existing is not None:
+                state = "finished" if existing.finished_at else "queued or running"
+                outcome = f"already built: {commit[:12]} of {push.ref} is build {existing.id}"
+                outcome += f" ({state})"
+                build_id = existing.id
+            else:
+                build = Build(
+                    source="commit",
+                    repo=settings.repo_url,
+                    commit=commit,
+                    branch=branch,
+                    message=(push.head_commit.message if push.head_commit else "")[:10000] or None,
+                    submitted_by=f"github:{push.pusher.name if push.pusher else 'push'}"[:200],
+                )
+                session.add(build)
+                queue.create_jobs(session, build, settings)
+                queue.announce(session, build)
+                build_id = build.id
         session.add(
             WebhookDelivery(delivery=delivery, event=event, outcome=outcome, build_id=build_id)
         )
@@ -109,32 +179,33 @@ def _record(
         except IntegrityError:  # the same delivery raced in on another connection
             session.rollback()
             return {"outcome": "duplicate delivery", "build_id": None}
-        return {"outcome": outcome, "build_id": build_id}
+        return {"outcome": outcome, "build_id": build_id, "created": outcome.startswith("queued")}
 
 
 @router.post("/github", status_code=200)
 async def receive_github(request: Request, settings: SettingsDep) -> dict[str, Any]:
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise BadRequest("the payload exceeds 25 MB")
-    raw = bytes(body)
-    if not signature_ok(settings.webhook_secret, raw, request.headers.get("x-hub-signature-256")):
-        raise Unauthorized("missing or wrong X-Hub-Signature-256")
+    signature = request.headers.get("x-hub-signature-256", "")
+    if not settings.webhook_secret or not signature.startswith("sha256="):
+        raise Unauthorized("missing X-Hub-Signature-256")  # refused before the body is read
+    raw = await _read_body(request, settings.webhook_max_kb * 1024)
+    if not signature_ok(settings.webhook_secret, raw, signature):
+        raise Unauthorized("wrong X-Hub-Signature-256")
     event = request.headers.get("x-github-event", "")
     delivery = request.headers.get("x-github-delivery", "")
     if event == "ping":
         return {"outcome": "pong"}
-    if not delivery:
-        raise BadRequest("missing X-GitHub-Delivery")
+    if not delivery or len(delivery) > MAX_DELIVERY_ID:
+        raise BadRequest(
+            f"X-GitHub-Delivery must be 1 to {MAX_DELIVERY_ID} characters",
+            detail={"length": len(delivery)},
+        )
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    payload = parse_payload(ctype, raw) if event == "push" else {}
-    result = await run_in_threadpool(_record, request, settings, delivery[:100], event, payload)
+    push = parse_push(parse_payload(ctype, raw)) if event == "push" else None
+    result = await run_in_threadpool(_record, request, settings, delivery, event, push)
     log.info(
         "event=webhook delivery=%s github_event=%s outcome=%r", delivery, event, result["outcome"]
     )
-    if result.get("build_id"):
+    if result.pop("created", False):
         notify.queue_changed(request.app)
     return result

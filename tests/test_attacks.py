@@ -1,0 +1,255 @@
+"""Attacks on a real ``fe-ci serve`` on 127.0.0.1: a zip whose central directory is larger than its
+end record says, slow and vanishing clients, too many uploads at once, HEAD and page headers."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import httpx
+
+from service import wheelcheck
+from testkit.service import SUBMIT, Service
+from testkit.wheels import make_directory_bomb
+
+
+def post_wheel(svc: Service, wheel: Path) -> httpx.Response:
+    with svc.http() as http, wheel.open("rb") as fh:
+        return http.post("/validate", files={"wheel": (wheel.name, fh)})
+
+
+def blobs(svc: Service) -> list[Path]:
+    return sorted((svc.data_dir / "blobs").rglob("*.whl"))
+
+
+def assert_refused(resp: httpx.Response, status: int, code: str, check: str) -> str:
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"code", "message", "detail"}
+    assert error["code"] == code and error["detail"]["check"] == check, error
+    return str(error["message"])
+
+
+# ---------------------------------------------------------------- the central directory
+
+
+def test_a_directory_with_more_entries_than_its_end_record_says_is_refused(
+    service: Service, tmp_path: Path
+) -> None:
+    """Was accepted (202): the cap read the end record's count, ``zipfile`` then walked all."""
+    wheel = make_directory_bomb(tmp_path, members=1_000, declared=100)
+    message = assert_refused(post_wheel(service, wheel), 422, "unsafe_wheel", "member_count")
+    assert "the end record says 100" in message
+    assert service.count("builds") == 0 and blobs(service) == []
+
+
+def test_a_directory_past_its_byte_bound_is_refused_before_it_is_walked(
+    service: Service, tmp_path: Path
+) -> None:
+    """The 2,000,000-member attack in small: the directory's size alone refuses it."""
+    members = wheelcheck.MAX_DIRECTORY_BYTES // (46 + 13) + 1_000
+    wheel = make_directory_bomb(tmp_path, members=members, declared=100)
+    message = assert_refused(post_wheel(service, wheel), 422, "unsafe_wheel", "directory_size")
+    assert f"at most {wheelcheck.MAX_DIRECTORY_BYTES}" in message
+    assert service.count("builds") == 0 and blobs(service) == []
+
+
+def test_an_honest_hand_written_directory_is_accepted(service: Service, tmp_path: Path) -> None:
+    """The builder above makes valid wheels when it does not lie: the refusals are the lie's."""
+    wheel = make_directory_bomb(tmp_path, members=1_000, declared=1_003, record=True)
+    resp = post_wheel(service, wheel)
+    assert resp.status_code == 202, resp.text
+    assert len(blobs(service)) == 1
+
+
+# ---------------------------------------------------------------- slow and vanishing clients
+
+
+def raw(svc: Service, head: bytes, body: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
+    sock.sendall(head + body)
+    return sock
+
+
+def upload_head(length: int, boundary: str = "b0undary") -> bytes:
+    return (
+        f"POST /validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMIT}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+UPLOAD_START = (
+    b"--b0undary\r\nContent-Disposition: form-data; name=wheel; "
+    b'filename="nvidia_cudnn_frontend-1.32.0-py3-none-any.whl"\r\n\r\nPK\x03\x04'
+)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the service sends until it closes the connection (30 s at most)."""
+    out = bytearray()
+    with sock:
+        while chunk := sock.recv(65536):
+            out += chunk
+    return bytes(out)
+
+
+def test_a_client_that_never_finishes_its_request_head_is_disconnected(make_service) -> None:  # type: ignore[no-untyped-def]
+    """Was held open for ever: nothing sent after connecting, or a head trickled a byte at a
+    time. Now the connection is closed once the head is later than FE_CI_HEADER_TIMEOUT_S."""
+    svc: Service = make_service(FE_CI_HEADER_TIMEOUT_S="1")
+    silent = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
+    assert read_all(silent) == b""
+    trickle = raw(svc, b"GET /healthz HTTP/1.1\r\n")
+    closed = False
+    for _ in range(100):  # one byte each 0.2 s: 20 s, far past the 1 s limit
+        try:
+            trickle.sendall(b"X")
+            time.sleep(0.2)
+        except OSError:
+            closed = True
+            break
+    trickle.close()
+    assert closed, "a trickled request head kept its connection for 20 s"
+    assert httpx.get(f"{svc.url}/healthz").status_code == 200  # prompt clients are unaffected
+
+
+def test_a_body_that_stops_arriving_is_a_408_and_leaves_nothing(make_service) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_BODY_TIMEOUT_S="1")
+    answer = read_all(raw(svc, upload_head(10_000_000), UPLOAD_START + b"\0" * 4096))
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"code":"request_timeout"' in answer
+    webhook = (
+        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    assert read_all(raw(svc, webhook)).startswith(b"HTTP/1.1 408")
+    assert [p for p in svc.data_dir.rglob("*.part")] == []
+    assert svc.count("builds") == 0
+
+
+def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_MAX_UPLOADS="2", FE_CI_BODY_TIMEOUT_S="60")
+    wheel = make_directory_bomb(tmp_path, members=10, declared=13, record=True)
+    held = [raw(svc, upload_head(10_000_000), UPLOAD_START) for _ in range(2)]
+    refused = None
+    for _ in range(50):  # until both held uploads have taken their slots
+        resp = post_wheel(svc, wheel)
+        if resp.status_code == 503:
+            refused = resp
+            break
+        time.sleep(0.2)
+    assert refused is not None, "a third upload at once was never refused"
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_uploads" and error["detail"] == {"max_uploads": 2}
+    for sock in held:
+        sock.close()
+    for _ in range(50):  # the slots come back when the held uploads end
+        if post_wheel(svc, wheel).status_code == 202:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the upload slots were not given back")
+
+
+def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Service) -> None:
+    """Was an ERROR with a traceback (``event=unhandled_error``) for a webhook or JSON body cut
+    short; a client going away is not the service's error."""
+    heads = [
+        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
+        b"Content-Length: 1000\r\n\r\n{",
+        f"POST /validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMIT}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode(),
+        upload_head(10_000_000) + UPLOAD_START,
+    ]
+    for head in heads:
+        raw(service, head).close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        log = service.log_path.read_text()
+        if log.count("event=client_gone") >= 2 and "code=incomplete_upload" in log:
+            break
+        time.sleep(0.1)
+    assert log.count("event=client_gone") >= 2, log[-3000:]
+    assert "Traceback" not in log and "unhandled_error" not in log, log[-3000:]
+    assert service.count("builds") == 0
+
+
+# ---------------------------------------------------------------- HEAD and page headers
+
+CHROMIUM = Path("/usr/bin/chromium")
+PAGES = ["/", "/trends", "/runners", "/builds/1"]
+OTHERS = [
+    "/healthz",
+    "/api/builds",
+    "/api/builds/1",
+    "/builds/1/live.json",
+    "/builds/1/junit.xml",
+    "/api/jobs/1/wheel",
+    "/openapi.json",
+    "/static/live.js",
+    "/static/style.css",
+    "/docs",
+]
+
+
+def test_head_answers_like_get_without_a_body_on_every_get_route(
+    service: Service, tmp_path: Path
+) -> None:
+    """Was 405 on every GET route, /healthz included (load balancers use HEAD)."""
+    wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
+    assert post_wheel(service, wheel).status_code == 202
+    schema = httpx.get(f"{service.url}/openapi.json").json()
+    gets = {
+        p.replace("{build_id}", "1").replace("{job_id}", "1")
+        for p, ops in schema["paths"].items()
+        if "get" in ops
+    }
+    assert gets <= set(PAGES + OTHERS) | {"/builds/1/events"}, gets - set(PAGES + OTHERS)
+    for path in PAGES + OTHERS:
+        get = httpx.get(f"{service.url}{path}")
+        head = httpx.head(f"{service.url}{path}")
+        assert head.status_code == get.status_code, (path, head.status_code, get.status_code)
+        assert head.headers.get("content-type") == get.headers.get("content-type"), path
+        assert head.content == b"", path
+    head = httpx.head(f"{service.url}/builds/1/events", timeout=30)
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+    assert httpx.head(f"{service.url}/healthz").status_code == 200
+
+
+def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
+    service: Service, tmp_path: Path
+) -> None:
+    wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
+    build_id = post_wheel(service, wheel).json()["build_id"]
+    for path in PAGES:
+        headers = httpx.get(f"{service.url}{path}").headers
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["x-frame-options"] == "DENY", path
+        assert "default-src 'self'" in headers["content-security-policy"], path
+        assert "script-src 'self'" in headers["content-security-policy"], path
+    assert httpx.get(f"{service.url}/api/builds").headers["x-content-type-options"] == "nosniff"
+    if not CHROMIUM.exists():
+        return  # the headers are checked; the browser half needs Debian's chromium
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda msg: console.append(msg.text))
+        page.goto(f"{service.url}/builds/{build_id}")
+        page.wait_for_timeout(500)
+        with service.http() as http:
+            http.post(f"/api/builds/{build_id}/cancel").raise_for_status()
+        # only live.js, following the build's event stream, can show the cancel without a reload
+        page.locator("#live [data-state=cancelled]").first.wait_for(timeout=15_000)
+        page.goto(f"{service.url}/trends")
+        page.goto(f"{service.url}/")
+        browser.close()
+    refused = [m for m in console if "Content Security Policy" in m or "Refused to" in m]
+    assert refused == [], refused
