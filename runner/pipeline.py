@@ -379,6 +379,7 @@ class Pipeline:
             "negative_control": o.negative_control,
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,
+            "launched_at": time.time(),  # the stage's timings["stage"]["ready_s"] counts from it
         }
         result = self.run_inside(Stage.determinism, params)
         if store is not None and key is not None:
