@@ -19,6 +19,8 @@ from runner import compile_cache, pipeline
 from runner.inside import compileonly, determinism
 from runner.inside.determinism import Arm
 from runner.wire import Stage
+from tests.conftest import Service
+from tests.test_protocol import register, report, stage_body, submit_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPED = list(compileonly.COMPILE_ONLY)
@@ -162,3 +164,26 @@ def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) ->
     arm.add({"out": flipped})
     assert len(hashed) == 2 and arm.outputs["out"].differing == 1
     assert arm.outputs["out"].digests[-1] == real(flipped) != real(x)
+
+
+def test_the_timings_reach_the_report_and_are_bounded(service: Service) -> None:
+    build_id = submit_wheel(service)
+    runner = register(service, "r1")
+    lease = runner.post("/api/jobs/claim", json={}).json()
+    token, job = lease["lease_token"], lease["job_id"]
+    timings = {
+        "stage": {"ready_s": 4.2, "total_s": 20.5},
+        "x": {"compile_only_s": 1.0, "reused": True},
+    }
+    body = stage_body(token)
+    resp = runner.post(
+        f"/api/jobs/{job}/stages",
+        json={**body, "result": {**body["result"], "timings": {str(i): {} for i in range(40)}}},
+    )
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "validation_error"
+    resp = runner.post(
+        f"/api/jobs/{job}/stages", json={**body, "result": {**body["result"], "timings": timings}}
+    )
+    assert resp.status_code == 201, resp.text
+    (stage,) = report(service, build_id)["jobs"][0]["stages"]
+    assert stage["timings"] == timings
