@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from runner import compile_cache, pipeline
-from runner.inside import compileonly, determinism
+from runner import candidate, compile_cache, pipeline
+from runner.inside import compileonly, determinism, documents
 from runner.inside.determinism import Arm
-from runner.wire import Stage
-from tests.conftest import Service
-from tests.test_protocol import register, report, stage_body, submit_wheel
+from runner.wire import Stage, StageResult
+from testkit.service import Service
+from tests.helpers import register, report, stage_body, submit_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPED = list(compileonly.COMPILE_ONLY)
@@ -31,7 +31,7 @@ CAPS = {n: {"importable": True, "present": True} for n in GROUPED}
 def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The stage, CPU only, with the compile-only worker replaced by the double; its log dir."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for name in pipeline._RUNNER_OWNED_ENV:  # the in-process stage sets them: restore after
+    for name in candidate.RUNNER_OWNED_ENV:  # the in-process stage sets them: restore after
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(compileonly, "WORKER", "tests.fakecompileonly")
     log = tmp_path / "worker-log"
@@ -136,12 +136,18 @@ def test_a_kept_result_of_another_key_or_subject_is_not_reused(
 def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: Path) -> None:
     doc = _stage(tmp_path / "cache", None)
     assert doc["timings"]["stage"]["ready_s"] >= 0
-    result = pipeline._stage_from_doc(Stage.determinism, doc, 1.0)
+    assert documents.problems("determinism", doc) == []  # the stage document's contract
+    result = pipeline.accepted(Stage.determinism, dict(doc), 1.0)
+    assert isinstance(result, StageResult)
     assert result.timings["stage"] == doc["timings"]["stage"]
     assert set(result.timings) == {"stage", *GROUPED}
     assert {"cuda_init_s", "environment_s", "subjects_s", "compile_only_wait_s"} <= set(
         result.timings["stage"]
     )
+    # a candidate's document whose timings are out of the wire's bounds: an error saying where
+    swollen = {**doc, "timings": {f"s{i}": {"x_s": 1.0} for i in range(100)}}
+    refused = pipeline.accepted(Stage.determinism, swollen, 1.0)
+    assert isinstance(refused, str) and refused.startswith("timings")
 
 
 def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) -> None:
