@@ -241,19 +241,27 @@ class Outcome:
 def _prepare(
     subject: Subject, config: Config, device: torch.device
 ) -> tuple[Workload, float, float]:
-    """Build the inputs and compile both arms' kernels once, outside any timed run.
+    """Build the inputs and compile the control arm's kernels, outside any timed run.
 
     Returns the workload, the seconds the inputs took and the seconds of the warm-up (compile).
+    The deterministic arm is warmed up (``_warm_up``) only at the config the walk chooses: a
+    config left behind never compiles a kernel nothing would run.
     """
     synchronize(device)
     start = time.perf_counter()
     workload = subject.prepare(config, device)
     synchronize(device)
     inputs = time.perf_counter()
-    workload.run(False)
-    workload.run(True)
+    return workload, inputs - start, _warm_up(workload, device, knob=False)
+
+
+def _warm_up(workload: Workload, device: torch.device, *, knob: bool) -> float:
+    """One untimed, uncompared call of an arm (its compile, if any): the seconds it took."""
     synchronize(device)
-    return workload, inputs - start, time.perf_counter() - inputs
+    start = time.perf_counter()
+    workload.run(knob)
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def pick_config(
@@ -414,6 +422,8 @@ def measure_subject(
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
+    det_warmup_s = _warm_up(best.workload, device, knob=not s.negative_control)
+    compile_s = sum(h["compile_s"] for h in history) + det_warmup_s
     t0 = time.perf_counter()
     det = run_deterministic(
         best.workload,
@@ -440,7 +450,8 @@ def measure_subject(
         "stopped_by": det.stopped_by,
         "negative_control": s.negative_control,
         "start": _start_outcome(subject, start_config, start_from, best.config.name, history),
-        "compile_s": round(sum(h["compile_s"] for h in history), 3),
+        "compile_s": round(compile_s, 3),  # the escalation's, and the deterministic warm-up
+        "deterministic_warmup_s": round(det_warmup_s, 3),
         "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),
         "escalation_steps": len(history) - 1,
         "outputs": {
@@ -459,6 +470,7 @@ def measure_subject(
     phases = {
         key: round(sum(h[key] for h in history), 3) for key in ("inputs_s", "warmup_s", "control_s")
     }
+    phases["warmup_s"] = round(phases["warmup_s"] + det_warmup_s, 3)
     phases.update(
         deterministic_s=round(deterministic_s, 3), numerics_s=round(time.perf_counter() - t0, 3)
     )
@@ -471,7 +483,7 @@ def measure_subject(
         numerics=numerics,
         drift=drift,
         config=best.config.name,
-        compile_s=sum(h["compile_s"] for h in history),
+        compile_s=compile_s,
         run_s=sum(h["run_s"] for h in history) + det.run_s,
         phases=phases,
     )
