@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 
@@ -172,7 +173,7 @@ def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) ->
     assert arm.outputs["out"].digests[-1] == real(flipped) != real(x)
 
 
-def test_the_timings_reach_the_report_and_are_bounded(service: Service) -> None:
+def test_the_timings_reach_the_report_and_the_build_page_bounded(service: Service) -> None:
     build_id = submit_wheel(service)
     runner = register(service, "r1")
     lease = runner.post("/api/jobs/claim", json={}).json()
@@ -193,3 +194,6 @@ def test_the_timings_reach_the_report_and_are_bounded(service: Service) -> None:
     assert resp.status_code == 201, resp.text
     (stage,) = report(service, build_id)["jobs"][0]["stages"]
     assert stage["timings"] == timings
+    page = httpx.get(f"{service.url}/builds/{build_id}").text
+    assert "where the seconds went" in page and "ready_s 4.2" in page
+    assert "x: compile_only_s 1.0, reused True" in page
