@@ -8,7 +8,8 @@ background, waited for, its result kept and reused under the compile cache key) 
 ``<subject>.<pid>.start``, waits (at most ``FAKE_COMPILE_WAIT_S``) until every subject named in
 ``FAKE_COMPILE_PEERS`` has started, records ``<subject>.<pid>.end`` and writes a passing result.
 Run one after the other, the first would wait in vain: whether they overlapped is read from the
-files, an ordering, not a timing threshold.
+files, an ordering, not a timing threshold. With ``FAKE_COMPILE_GARBAGE`` set it writes half a
+document and exits 1.
 """
 
 from __future__ import annotations
@@ -46,4 +47,7 @@ def fake_compile(params: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if os.environ.get("FAKE_COMPILE_GARBAGE"):  # a worker that dies half-way through its output
+        Path(sys.argv[sys.argv.index("--out") + 1]).write_text('{"status": "pa')
+        raise SystemExit(1)
     raise SystemExit(run_stage(fake_compile, sys.argv[1:]))

@@ -134,6 +134,17 @@ def test_a_kept_result_of_another_key_or_subject_is_not_reused(
     assert len(list(fake_worker.glob("*.start"))) == 4
 
 
+def test_a_worker_that_leaves_half_a_document_is_a_warning_and_nothing_is_kept(
+    fake_worker: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_COMPILE_GARBAGE", "1")
+    doc = _stage(tmp_path / "cache", "k1")
+    assert doc["status"] == "skipped"  # the stage itself went on
+    assert {f["kind"] for f in doc["findings"]} == {"compile_only_unavailable"}
+    assert all("not JSON" in f["message"] for f in doc["findings"])
+    assert not (tmp_path / "cache" / "compile-only").exists()  # an error is never kept
+
+
 def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: Path) -> None:
     doc = _stage(tmp_path / "cache", None)
     assert doc["timings"]["stage"]["ready_s"] >= 0

@@ -138,7 +138,12 @@ def _finished(pending: Pending) -> dict[str, Any]:
             pending.log.flush()
         raw = (Path(pending.tmp.name) / "output.log").read_bytes()[-1500:]
         return {"status": "error", "reason": f"exit {code}: {raw.decode(errors='replace')}"}
-    doc: dict[str, Any] = json.loads(out.read_text())
+    try:
+        doc = json.loads(out.read_bytes()[:MAX_DOC_BYTES])
+    except ValueError as exc:
+        return {"status": "error", "reason": f"exit {code}: the result is not JSON ({exc})"}
+    if not isinstance(doc, dict):
+        return {"status": "error", "reason": f"exit {code}: the result is not an object"}
     return doc
 
 
