@@ -169,6 +169,24 @@ def summarise(doc: dict[str, Any], wall_s: float) -> dict[str, Any]:
     }
 
 
+def _seconds(phases: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k.removesuffix('_s')} {v} s" if k.endswith("_s") else f"{k} {v}"
+        for k, v in phases.items()
+    )
+
+
+def phase_lines(timings: dict[str, Any]) -> list[str]:
+    """The determinism stage's ``timings``: the stage's own phases, then each subject's."""
+    lines = []
+    if stage := timings.get("stage"):
+        lines.append(f"  determinism stage: {_seconds(stage)}")
+    for name, phases in timings.items():
+        if name != "stage":
+            lines.append(f"  {name} phases: {_seconds(phases)}")
+    return lines
+
+
 def text(summary: dict[str, Any]) -> str:
     lines = [
         f"build {summary['id']} {summary['version']} sha256 {str(summary['sha256'])[:12]}: "
@@ -186,6 +204,8 @@ def text(summary: dict[str, Any]) -> str:
                 f"{c['escalation_steps']} escalation steps, compile {c['compile_s']} s, "
                 f"runs {c['run_s']} s"
             )
+    for job in summary["jobs"]:
+        lines += phase_lines(job["determinism"].get("timings") or {})
     for d in summary["drift"]:
         lines.append(
             f"  {d['subject']}.{d['output']} {d['arm']}: {d['differing']}/{d['runs']} differ, "

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError
+
 from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
 from runner.config import RunnerSettings
 from runner.wire import (
@@ -129,6 +131,20 @@ def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageR
     return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
 
 
+def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult | str:
+    """The stage's result from its (key-checked) document, or why a value of it is refused.
+
+    The document is the candidate's output: a value out of the wire's bounds (say, a timings
+    table too large) makes the stage an error that says where, never a crash of the runner.
+    """
+    try:
+        return _stage_from_doc(name, doc, duration)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p)[:40] for p in err["loc"][:4])
+        return f"{where}: {err['msg']} ({exc.error_count()} problems)"
+
+
 def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
     return StageResult(
         name=Stage.install,
@@ -201,16 +217,16 @@ class Pipeline:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return _failed_stage(stage, outcome)
         doc, why = candidate.read_doc(stage, out_path)
-        if why:
+        result = why or accepted(stage, doc, outcome.duration_s)
+        if isinstance(result, str):
             return StageResult(
                 name=stage,
                 status=Status.error,
-                reason=f"the {stage} stage wrote a document the runner does not accept: {why}",
+                reason=f"the {stage} stage wrote a document the runner does not accept: {result}",
                 duration_s=outcome.duration_s,
                 log_tail=outcome.log_tail,
             )
         self._extra[stage] = doc
-        result = _stage_from_doc(stage, doc, outcome.duration_s)
         if result.status in (Status.error,) and not result.log_tail:
             result.log_tail = outcome.log_tail
         return result
@@ -383,6 +399,7 @@ class Pipeline:
             "negative_control": o.negative_control,
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,
+            "launched_at": time.time(),  # the stage's timings["stage"]["ready_s"] counts from it
         }
         result = self.run_inside(Stage.determinism, params)
         if store is not None and key is not None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 class Stage(StrEnum):
@@ -140,6 +140,19 @@ class RefusalRow(_Model):
     call_kwargs: dict[str, Any] = Field(default_factory=dict)  # what the wrapper was called with
 
 
+TimingValue = float | int | bool | None
+Timings = Annotated[
+    dict[
+        Annotated[str, StringConstraints(max_length=64)],
+        Annotated[
+            dict[Annotated[str, StringConstraints(max_length=64)], TimingValue],
+            Field(max_length=32),
+        ],
+    ],
+    Field(max_length=32),
+]
+
+
 class StageResult(_Model):
     name: Stage
     status: Status
@@ -152,6 +165,9 @@ class StageResult(_Model):
     refusal: list[RefusalRow] = Field(default_factory=list)
     version: str | None = None  # the version the installed build reports (install/probe)
     log_tail: str = ""
+    # where the stage's seconds went (determinism: {"stage": {...}, <subject>: {phase: s}}, as
+    # ``runner.inside.determinism.run`` documents); bounded, numbers and flags only
+    timings: Timings = Field(default_factory=dict)
 
 
 class Environment(_Model):

@@ -131,6 +131,7 @@ class StageRow(Base):
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     version: Mapped[str | None] = mapped_column(String(100))
     log_tail: Mapped[str] = mapped_column(Text, default="")
+    timings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # StageResult.timings
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="stage_rows")

@@ -72,6 +72,7 @@ def _stage_result(row: StageRow) -> StageResult:
         duration_s=row.duration_s,
         version=row.version,
         log_tail=row.log_tail,
+        timings=row.timings or {},
         checks=[
             Check(name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
             for c in row.checks
@@ -231,6 +232,7 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         duration_s=result.duration_s,
         version=result.version,
         log_tail=result.log_tail[-4000:],
+        timings=result.timings,
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
             for c in result.checks

@@ -12,7 +12,7 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -67,7 +67,7 @@ def test_exact_with_a_steady_control_is_inconclusive() -> None:
 
 
 def test_run_cap_before_the_luck_target_is_inconclusive() -> None:
-    # the control varies in exactly one run (call 5: two warm-ups, then control run 3)
+    # the control varies in exactly one run (call 5: one warm-up, then control run 4)
     subject = FakeSubject(lambda _n: Reduction(*_floats(4096, 2), shuffle_when=lambda c: c == 5))
     out = _measure(subject, max_repeats=16)
     assert out.check["status"] == "inconclusive", out.check["detail"]
@@ -145,6 +145,33 @@ def test_escalation_picks_the_first_config_whose_control_varies() -> None:
     assert history[0]["varying"] == 0 and history[1]["varying"] == 7
     assert "first config" in out.check["metrics"]["config_reason"]
     assert all(r["config"]["name"] == "floats_small" for r in out.drift)
+
+
+@dataclass
+class KnobLog(Reduction):
+    """A Reduction that records the knob of every call, warm-ups included."""
+
+    knobs: list[bool] = field(default_factory=list)
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        self.knobs.append(knob)
+        return super().run(knob)
+
+
+def test_the_deterministic_arm_warms_up_only_at_the_chosen_config() -> None:
+    made = {"ints": KnobLog(*_integers(4096)), "floats": KnobLog(*_floats(2048, 5))}
+    out = _measure(FakeSubject(lambda n: made[n], names=tuple(made)))
+    assert out.config == "floats" and out.check["status"] == "pass"
+    # the config left behind ran its control arm only: no deterministic kernel compiled for it
+    assert made["ints"].knobs == [False] * 9  # one warm-up, eight control runs
+    # the chosen one: warm-up and control runs knob off, then one warm-up knob on before the
+    # deterministic arm's runs, none of which is a warm-up
+    knobs = made["floats"].knobs
+    runs = out.check["metrics"]["deterministic_runs"]
+    assert knobs == [False] * 9 + [True] * (runs + 1)
+    assert out.check["metrics"]["deterministic_warmup_s"] >= 0
+    phases = out.check["metrics"]["phases"]
+    assert set(phases) == {"inputs_s", "warmup_s", "control_s", "deterministic_s", "numerics_s"}
 
 
 def test_a_remembered_config_is_kept_while_its_control_varies() -> None:

@@ -26,23 +26,18 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib
-import json
 import logging
 import math
-import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from runner.inside import bits, stats
+from runner.inside import bits, compileonly, stats
 from runner.inside.comparable import pick_start_configs
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.registry import SUBJECTS, family_of
@@ -66,6 +61,14 @@ def digest(t: torch.Tensor) -> str:
         return hashlib.sha256(b"").hexdigest()
     buf = (ctypes.c_ubyte * raw.numel()).from_address(raw.data_ptr())
     return hashlib.sha256(memoryview(buf)).hexdigest()
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same bytes (compared where they are, without a host copy)."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    flat_a = a.detach().contiguous().reshape(-1).view(torch.uint8)
+    return bool(torch.equal(flat_a, b.detach().contiguous().reshape(-1).view(torch.uint8)))
 
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -118,7 +121,10 @@ class Arm:
         varied = False
         for name, t in outs.items():
             drift = self.outputs.setdefault(name, OutputDrift())
-            drift.digests.append(digest(t))
+            # bytes equal to run 0's have run 0's digest: hashed (and copied to the host) only
+            # when they differ, which is what makes a long deterministic arm cheap
+            same = self.runs > 0 and same_bytes(t, self.first[name])
+            drift.digests.append(drift.digests[0] if same else digest(t))
             if not bool(torch.isfinite(t).all()):
                 if drift.finite:
                     drift.first_nonfinite_run = self.runs
@@ -233,17 +239,35 @@ class Outcome:
     config: str | None
     compile_s: float
     run_s: float
+    # wall seconds per phase: inputs_s, warmup_s (compiling), control_s and deterministic_s
+    # (runs with their digests), numerics_s (the float32 reference and the comparison)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
-def _prepare(subject: Subject, config: Config, device: torch.device) -> tuple[Workload, float]:
-    """Build the inputs and compile both arms' kernels once, outside any timed run."""
+def _prepare(
+    subject: Subject, config: Config, device: torch.device
+) -> tuple[Workload, float, float]:
+    """Build the inputs and compile the control arm's kernels, outside any timed run.
+
+    Returns the workload, the seconds the inputs took and the seconds of the warm-up (compile).
+    The deterministic arm is warmed up (``_warm_up``) only at the config the walk chooses: a
+    config left behind never compiles a kernel nothing would run.
+    """
     synchronize(device)
     start = time.perf_counter()
     workload = subject.prepare(config, device)
-    workload.run(False)
-    workload.run(True)
     synchronize(device)
-    return workload, time.perf_counter() - start
+    inputs = time.perf_counter()
+    return workload, inputs - start, _warm_up(workload, device, knob=False)
+
+
+def _warm_up(workload: Workload, device: torch.device, *, knob: bool) -> float:
+    """One untimed, uncompared call of an arm (its compile, if any): the seconds it took."""
+    synchronize(device)
+    start = time.perf_counter()
+    workload.run(knob)
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def pick_config(
@@ -268,15 +292,20 @@ def pick_config(
     history: list[dict[str, Any]] = []
     best: Tried | None = None
     for config in configs:
-        workload, took = _prepare(subject, config, device)
+        workload, inputs_s, warmup_s = _prepare(subject, config, device)
+        took = inputs_s + warmup_s
+        t0 = time.perf_counter()
         control = run_control(workload, device, s.repeats)
         history.append(
             {
                 "config": config.name,
                 "varying": control.varying_runs,
                 "comparisons": control.comparisons,
-                "compile_s": round(took, 3),
+                "compile_s": round(took, 3),  # inputs_s + warmup_s
                 "run_s": round(control.run_s, 3),
+                "inputs_s": round(inputs_s, 3),
+                "warmup_s": round(warmup_s, 3),
+                "control_s": round(time.perf_counter() - t0, 3),
             }
         )
         tried = Tried(config, workload, control, took)
@@ -408,6 +437,9 @@ def measure_subject(
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
+    det_warmup_s = _warm_up(best.workload, device, knob=not s.negative_control)
+    compile_s = sum(h["compile_s"] for h in history) + det_warmup_s
+    t0 = time.perf_counter()
     det = run_deterministic(
         best.workload,
         device,
@@ -417,6 +449,7 @@ def measure_subject(
         luck_target=s.luck_target,
         knob=not s.negative_control,
     )
+    deterministic_s = time.perf_counter() - t0
     status, detail = _judge(control, det, s)
     if log:
         log(f"{subject.name}: {status} at {best.config.name}: {detail}")
@@ -433,7 +466,8 @@ def measure_subject(
         "stopped_by": det.stopped_by,
         "negative_control": s.negative_control,
         "start": _start_outcome(subject, start_config, start_from, best.config.name, history),
-        "compile_s": round(sum(h["compile_s"] for h in history), 3),
+        "compile_s": round(compile_s, 3),  # the escalation's, and the deterministic warm-up
+        "deterministic_warmup_s": round(det_warmup_s, 3),
         "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),
         "escalation_steps": len(history) - 1,
         "outputs": {
@@ -451,9 +485,18 @@ def measure_subject(
         "detail": f"{detail} (config {best.config.name}: {why})",
         "metrics": metrics,
     }
+    t0 = time.perf_counter()
     numerics = _numerics(subject.name, best.workload, det, best.config)
     for c in numerics:
         c["metrics"]["config_name"] = best.config.name
+    phases = {
+        key: round(sum(h[key] for h in history), 3) for key in ("inputs_s", "warmup_s", "control_s")
+    }
+    phases["warmup_s"] = round(phases["warmup_s"] + det_warmup_s, 3)
+    phases.update(
+        deterministic_s=round(deterministic_s, 3), numerics_s=round(time.perf_counter() - t0, 3)
+    )
+    metrics["phases"] = phases
     drift = control.drift_rows(subject.name, best.config) + det.drift_rows(
         subject.name, best.config
     )
@@ -462,8 +505,9 @@ def measure_subject(
         numerics=numerics,
         drift=drift,
         config=best.config.name,
-        compile_s=sum(h["compile_s"] for h in history),
+        compile_s=compile_s,
         run_s=sum(h["run_s"] for h in history) + det.run_s,
+        phases=phases,
     )
 
 
@@ -534,56 +578,40 @@ def _environment(device: torch.device | None) -> dict[str, Any]:
     return env
 
 
-# Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.
-COMPILE_ONLY = tuple(name for name, s in SUBJECTS.items() if s.compile_only)
-
-
-def compile_only(name: str, timeout_s: float = 900.0) -> dict[str, Any]:
-    """Compile the subject's sm_100a kernels in a fresh process (the arch is fixed at import)."""
-    with tempfile.TemporaryDirectory(prefix="fe-ci-compile-") as tmp:
-        params, out = Path(tmp) / "params.json", Path(tmp) / "result.json"
-        params.write_text(json.dumps({"subject": name}))
-        env = dict(os.environ, CUTE_DSL_ARCH=COMPILE_ARCH, CUTE_DSL_KEEP="ptx,cubin")
-        env.update(CUTE_DSL_DUMP_DIR=tmp, CUDA_VISIBLE_DEVICES="")
-        cmd = [sys.executable, "-m", "runner.inside.subjects.base", "--in", str(params)]
-        try:
-            proc = subprocess.run(
-                [*cmd, "--out", str(out)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"compile-only timed out after {timeout_s:g} s"}
-        if not out.is_file():
-            tail = (proc.stderr or proc.stdout or "")[-1500:]
-            return {"status": "error", "reason": f"exit {proc.returncode}: {tail}"}
-        doc: dict[str, Any] = json.loads(out.read_text())
-        return doc
-
-
 def _with_compile_only(
-    name: str, check: CheckDoc, checks: list[CheckDoc], findings: list[FindingDoc]
+    name: str,
+    doc: dict[str, Any],
+    check: CheckDoc,
+    checks: list[CheckDoc],
+    findings: list[FindingDoc],
 ) -> None:
-    """Attach the compile-only result to a skipped subject.
+    """Attach a compile-only result (``compileonly.collect``) to a skipped subject.
 
     A pass stays in the skipped check's detail and metrics, never a check of its own: compiling
     is not running, so it must not count as covering the subject. A failed compile is a check
     that fails; a harness that does not fit this build is a warning.
     """
-    doc = compile_only(name)
     check["metrics"]["compile_only"] = doc
+    where = "here"
+    if doc.get("reused"):
+        source = doc.get("reused_from") or {}
+        where = (
+            f"by an earlier stage of compile cache key {str(source.get('key'))[:12]} "
+            f"({source.get('stored_at')}), reused"
+        )
     if doc.get("status") == "pass":
         det, default = doc["deterministic"], doc["default"]
         changes = "changes" if doc.get("knob_changes_kernel") else "does NOT change"
         check["detail"] += (
-            f"; compile-only: both {COMPILE_ARCH} kernels compiled here (deterministic "
+            f"; compile-only: both {COMPILE_ARCH} kernels compiled {where} (deterministic "
             f"{det['compile_s']:.1f} s, default {default['compile_s']:.1f} s; the knob {changes} "
             "the kernel)"
         )
     elif doc.get("status") == "fail":
-        checks.append(_check(f"{name}.compile_only", "fail", str(doc.get("reason"))))
+        reason = str(doc.get("reason"))
+        if doc.get("reused"):
+            reason += f" (compiled {where})"
+        checks.append(_check(f"{name}.compile_only", "fail", reason))
     else:
         findings.append(
             {
@@ -633,61 +661,177 @@ def _settings(params: Mapping[str, Any]) -> Settings:
     )
 
 
+def _status_of(
+    name: str, caps: Any, device: torch.device | None, family: str | None, pin: str | None
+) -> tuple[str, str]:
+    """("", "") when the subject runs here, else the status and reason of its check."""
+    ok, why = _available(name, caps)
+    if not ok:
+        return "not_applicable", why
+    pinned = _pin_problem(name, pin)
+    if pinned:
+        return "error", pinned
+    if device is None:
+        return "skipped", "no CUDA GPU on this host"
+    if family not in SUBJECTS[name].families:
+        return "skipped", f"needs {' or '.join(SUBJECTS[name].families)}"
+    return "", ""
+
+
+def _measure(
+    name: str,
+    device: torch.device,
+    settings: Settings,
+    start: Mapping[str, Any],
+    pin: str | None,
+) -> tuple[Outcome, float]:
+    """One GPU subject's outcome, and the seconds its module (the frontend with it) took to load."""
+    t0 = time.perf_counter()
+    harness = SUBJECTS[name].load()
+    imported = time.perf_counter() - t0
+    outcome = measure_subject(
+        harness,
+        device,
+        settings,
+        start_config=start.get("config"),
+        start_from=start.get("build_id"),
+        pin_config=pin,
+        log=log.info,
+    )
+    return outcome, imported
+
+
+def _ready_s(params: Mapping[str, Any]) -> float | None:
+    """Seconds from the runner's launch of this process (``launched_at``, epoch) until now."""
+    launched = params.get("launched_at")
+    if not isinstance(launched, int | float) or not math.isfinite(launched):
+        return None
+    return round(max(time.time() - float(launched), 0.0), 3)
+
+
 def run(params: dict[str, Any]) -> DeterminismDoc:
-    """The stage document: determinism checks and drift, with the numerics stage under a key."""
+    """The stage document: determinism checks and drift, with the numerics stage under a key.
+
+    ``timings["stage"]`` splits the stage's wall time: ``ready_s`` (launch to ready: interpreter,
+    imports, CUDA initialised), ``cuda_init_s``, ``environment_s``, ``subjects_s`` (the GPU
+    subjects) and ``compile_only_wait_s`` (waiting, after them, for the background compile-only
+    runs); ``timings[<subject>]`` each GPU subject's phases or a compile-only subject's wall time.
+    """
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    entered = time.perf_counter()
     cache = configure_compile_cache(
         params.get("compile_cache_dir"), params.get("compile_cache_key")
     )
     settings = _settings(params)
     names = [n for n in SUBJECTS if n in (params.get("subjects") or SUBJECTS)]
+    t0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else None
+    if device is not None:
+        torch.zeros(1, device=device)  # the context now, not in the first subject's inputs
+    cuda_init_s = time.perf_counter() - t0
     family = params.get("family")
     if family is None and device is not None:
         family = family_of(*torch.cuda.get_device_capability(device))
     caps = params.get("capabilities") or None
+    t0 = time.perf_counter()
     environment = _environment(device)
+    environment_s = time.perf_counter() - t0
+    stage_t: dict[str, Any] = {
+        "ready_s": _ready_s(params),
+        "cuda_init_s": round(cuda_init_s, 3),
+        "environment_s": round(environment_s, 3),
+    }
     starts = _start_configs(params, family, environment)
+    pin = params.get("pin_config")
+    status_of = {name: _status_of(name, caps, device, family, pin) for name in names}
+    # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects
+    cache_dir = cache.get("dir")
+    cache_key = cache.get("key") if cache_dir else None
+    background = {
+        name: compileonly.start(name, cache_dir=cache_dir, key=cache_key)
+        for name in names
+        if status_of[name][0] == "skipped"
+        and name in compileonly.COMPILE_ONLY
+        and params.get("compile_only", True)
+    }
+    try:
+        doc = _run_subjects(
+            names,
+            status_of,
+            device,
+            settings,
+            starts,
+            background,
+            (cache_dir, cache_key),
+            (family, environment, pin),
+        )
+    finally:
+        for pending in background.values():
+            pending.stop()
+    timings = doc["timings"]
+    stage_t.update(doc.pop("stage_timings"))
+    stage_t["total_s"] = round(time.perf_counter() - entered, 3)
+    timings["stage"] = stage_t
+    status, reason = _roll_up(doc["checks"], "determinism")
+    num_status, num_reason = _roll_up(doc["numerics"], "numerics")
+    if device is None and status not in ("error", "fail"):  # a bad --config still says so
+        status, reason = "skipped", "no CUDA GPU on this host"
+        num_status, num_reason = "skipped", reason
+    return {
+        "status": status,
+        "reason": reason,
+        "checks": doc["checks"],
+        "drift": doc["drift"],
+        "findings": doc["findings"],
+        "numerics": {"status": num_status, "reason": num_reason, "checks": doc["numerics"]},
+        "chosen_configs": doc["chosen"],
+        "timings": timings,
+        "negative_control": settings.negative_control,
+        "family": family,
+        "compile_cache": cache,
+        "start_configs": starts,
+        "environment": environment,
+    }
+
+
+def _run_subjects(
+    names: list[str],
+    status_of: Mapping[str, tuple[str, str]],
+    device: torch.device | None,
+    settings: Settings,
+    starts: Mapping[str, Mapping[str, Any]],
+    background: Mapping[str, compileonly.Pending],
+    cache: tuple[str | None, str | None],
+    where: tuple[str | None, dict[str, Any], str | None],
+) -> dict[str, Any]:
+    """Every subject in order: the GPU ones measured here, the compile-only ones collected last.
+
+    ``cache`` is the compile cache's (dir, key); ``where`` the (family, environment, pinned config)
+    that a check's comparable key and a repro line's ``--config`` come from.
+    """
+    cache_dir, cache_key = cache
+    family, environment, pin = where
     checks: list[CheckDoc] = []
     numerics: list[CheckDoc] = []
     drift: list[DriftDoc] = []
     chosen: dict[str, str] = {}
-    timings: dict[str, dict[str, float]] = {}
+    timings: dict[str, dict[str, Any]] = {}
     findings: list[FindingDoc] = []
+    skipped_checks: dict[str, CheckDoc] = {}
+    t0 = time.perf_counter()
     for name in names:
         subject = SUBJECTS[name]
-        ok, why = _available(name, caps)
-        pinned = _pin_problem(name, params.get("pin_config"))
-        if not ok:
-            status, detail = "not_applicable", why
-        elif pinned:
-            status, detail = "error", pinned
-        elif device is None:
-            status, detail = "skipped", "no CUDA GPU on this host"
-        elif family not in subject.families:
-            status, detail = "skipped", f"needs {' or '.join(subject.families)}"
-        else:
-            status, detail = "", ""
+        status, detail = status_of[name]
         if status:
             check = _check(f"{name}.deterministic", status, detail)
             checks.append(check)
+            skipped_checks[name] = check
             numerics += [_check(f"{name}.{out}", status, detail) for out in subject.outputs]
-            if status == "skipped" and name in COMPILE_ONLY and params.get("compile_only", True):
-                _with_compile_only(name, check, checks, findings)
             continue
         assert device is not None
         try:
-            start = starts.get(name) or {}
-            outcome = measure_subject(
-                subject.load(),
-                device,
-                settings,
-                start_config=start.get("config"),
-                start_from=start.get("build_id"),
-                pin_config=params.get("pin_config"),
-                log=log.info,
-            )
+            outcome, import_s = _measure(name, device, settings, starts.get(name) or {}, pin)
         except Exception as exc:  # one subject's crash must not hide the others' results
             log.exception("subject=%s error", name)
             reason = f"{type(exc).__name__}: {exc}"[:2000]
@@ -713,26 +857,26 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
             "compile_s": round(outcome.compile_s, 3),
             "run_s": round(outcome.run_s, 3),
             "escalation_steps": outcome.check["metrics"]["escalation_steps"],
+            "import_s": round(import_s, 3),
+            **outcome.phases,
         }
-    status, reason = _roll_up(checks, "determinism")
-    num_status, num_reason = _roll_up(numerics, "numerics")
-    if device is None and status not in ("error", "fail"):  # a bad --config still says so
-        status, reason = "skipped", "no CUDA GPU on this host"
-        num_status, num_reason = "skipped", reason
+    subjects_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for name, pending in background.items():
+        doc = compileonly.collect(pending, cache_dir=cache_dir, key=cache_key)
+        _with_compile_only(name, doc, skipped_checks[name], checks, findings)
+        timings[name] = {"compile_only_s": doc["wall_s"], "reused": bool(doc.get("reused"))}
     return {
-        "status": status,
-        "reason": reason,
         "checks": checks,
+        "numerics": numerics,
         "drift": drift,
-        "findings": findings,
-        "numerics": {"status": num_status, "reason": num_reason, "checks": numerics},
-        "chosen_configs": chosen,
+        "chosen": chosen,
         "timings": timings,
-        "negative_control": settings.negative_control,
-        "family": family,
-        "compile_cache": cache,
-        "start_configs": starts,
-        "environment": environment,
+        "findings": findings,
+        "stage_timings": {
+            "subjects_s": round(subjects_s, 3),
+            "compile_only_wait_s": round(time.perf_counter() - t0, 3),
+        },
     }
 
 

@@ -110,7 +110,7 @@ class DeterminismDoc(StageDoc):
     drift: list[DriftDoc]
     numerics: NumericsDoc
     chosen_configs: dict[str, str]
-    timings: dict[str, dict[str, float]]
+    timings: dict[str, dict[str, float | int | bool | None]]  # wire.StageResult.timings
     negative_control: bool
     family: str | None
     compile_cache: dict[str, Any]
@@ -133,7 +133,7 @@ STAGE_DOCS: dict[str, type] = {
 # runner: the probe's features and environment, the determinism stage's chosen configs, ...).
 STAGE_RESULT_KEYS = frozenset(
     {"status", "reason", "checks", "findings", "capabilities", "drift", "refusal", "version"}
-    | {"log_tail"}
+    | {"log_tail", "timings"}
 )
 
 # The documents inside a document, by the key that holds them: a list of them, a mapping of

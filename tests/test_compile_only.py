@@ -1,0 +1,210 @@
+"""Compile-only in the determinism stage: in the background, reused per compile cache key, timed.
+
+The stage runs for real (in-process, no GPU: the grouped-GEMM subjects are skipped and compiled
+only); the compile-only worker is ``tests.fakecompileonly``, a double for the sm_100a compile this
+host cannot do. The cache directories are prepared and published by the real
+``runner.compile_cache.Store``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from runner import candidate, compile_cache, pipeline
+from runner.inside import compileonly, determinism, documents
+from runner.inside.determinism import Arm
+from runner.wire import Stage, StageResult
+from testkit.service import Service
+from tests.helpers import register, report, stage_body, submit_wheel
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPED = list(compileonly.COMPILE_ONLY)
+CAPS = {n: {"importable": True, "present": True} for n in GROUPED}
+
+
+@pytest.fixture
+def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The stage, CPU only, with the compile-only worker replaced by the double; its log dir."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name in candidate.RUNNER_OWNED_ENV:  # the in-process stage sets them: restore after
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(compileonly, "WORKER", "tests.fakecompileonly")
+    log = tmp_path / "worker-log"
+    log.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("FAKE_COMPILE_DIR", str(log))
+    monkeypatch.setenv("FAKE_COMPILE_PEERS", ",".join(GROUPED))
+    return log
+
+
+def _stage(cache_dir: Path, key: str | None) -> dict[str, Any]:
+    return determinism.run(
+        {
+            "subjects": GROUPED,
+            "capabilities": CAPS,
+            "compile_cache_dir": str(cache_dir),
+            "compile_cache_key": key,
+            "launched_at": time.time(),  # as the pipeline sets it
+        }
+    )
+
+
+def _compile_only(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"].split(".")[0]: c for c in doc["checks"]}
+
+
+def _intervals(log: Path) -> list[tuple[float, float]]:
+    out = []
+    for start in log.glob("*.start"):
+        end = start.with_suffix(".end")
+        out.append((float(start.read_text()), float(end.read_text())))
+    return sorted(out)
+
+
+def test_compile_only_runs_in_the_background_concurrently(
+    fake_worker: Path, tmp_path: Path
+) -> None:
+    doc = _stage(tmp_path / "cache", None)
+    (a, b) = _intervals(fake_worker)
+    assert a[0] < b[0] < a[1]  # the second started before the first ended: they overlapped
+    for name, check in _compile_only(doc).items():
+        assert check["status"] == "skipped"
+        result = check["metrics"]["compile_only"]
+        assert result["status"] == "pass" and result["reused"] is False
+        assert result["arch"] == "sm_100a" and result["cuda_visible_devices"] == ""
+        assert "compiled here" in check["detail"]
+        assert doc["timings"][name] == {"compile_only_s": result["wall_s"], "reused": False}
+    stage = doc["timings"]["stage"]
+    assert stage["compile_only_wait_s"] >= 0 and stage["total_s"] >= stage["compile_only_wait_s"]
+
+
+def test_a_result_is_reused_under_the_same_key_and_not_under_another(
+    fake_worker: Path, tmp_path: Path
+) -> None:
+    store = compile_cache.Store(tmp_path / "store")
+    first = store.stage_dir()
+    store.prepare("k1", first)
+    cold = _stage(first, "k1")
+    assert len(list(fake_worker.glob("*.start"))) == 2
+    published, refused = store.publish("k1", first)
+    assert refused == [] and published == 2
+    kept = store.published("k1") / "compile-only"
+    assert sorted(p.name for p in kept.iterdir()) == [f"{n}-sm_100a.json" for n in sorted(GROUPED)]
+
+    warm_dir = store.stage_dir()
+    store.prepare("k1", warm_dir)
+    warm = _stage(warm_dir, "k1")
+    assert len(list(fake_worker.glob("*.start"))) == 2  # nothing compiled again
+    for name, check in _compile_only(warm).items():
+        result = check["metrics"]["compile_only"]
+        assert result["reused"] is True and result["status"] == "pass"
+        source = result["reused_from"]
+        assert source["key"] == "k1" and source["file"] == f"compile-only/{name}-sm_100a.json"
+        before = _compile_only(cold)[name]["metrics"]["compile_only"]
+        assert source["wall_s"] == before["wall_s"]
+        assert result["deterministic"] == before["deterministic"]
+        assert "reused" in check["detail"] and "compiled here" not in check["detail"]
+        assert warm["timings"][name]["reused"] is True
+
+    other = store.stage_dir()
+    store.prepare("k2", other)
+    fresh = _stage(other, "k2")
+    assert len(list(fake_worker.glob("*.start"))) == 4  # another key compiles again
+    assert all(not c["metrics"]["compile_only"]["reused"] for c in _compile_only(fresh).values())
+
+
+def test_a_kept_result_of_another_key_or_subject_is_not_reused(
+    fake_worker: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    _stage(cache, "k1")
+    # a document copied into another key's directory names its own key: not reused there
+    moved = tmp_path / "moved"
+    (moved / "compile-only").mkdir(parents=True)
+    for f in (cache / "compile-only").iterdir():
+        (moved / "compile-only" / f.name).write_bytes(f.read_bytes())
+    doc = _stage(moved, "k2")
+    assert all(not c["metrics"]["compile_only"]["reused"] for c in _compile_only(doc).values())
+    assert len(list(fake_worker.glob("*.start"))) == 4
+
+
+def test_a_worker_that_leaves_half_a_document_is_a_warning_and_nothing_is_kept(
+    fake_worker: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_COMPILE_GARBAGE", "1")
+    doc = _stage(tmp_path / "cache", "k1")
+    assert doc["status"] == "skipped"  # the stage itself went on
+    assert {f["kind"] for f in doc["findings"]} == {"compile_only_unavailable"}
+    assert all("not JSON" in f["message"] for f in doc["findings"])
+    assert not (tmp_path / "cache" / "compile-only").exists()  # an error is never kept
+
+
+def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: Path) -> None:
+    doc = _stage(tmp_path / "cache", None)
+    assert doc["timings"]["stage"]["ready_s"] >= 0
+    assert documents.problems("determinism", doc) == []  # the stage document's contract
+    result = pipeline.accepted(Stage.determinism, dict(doc), 1.0)
+    assert isinstance(result, StageResult)
+    assert result.timings["stage"] == doc["timings"]["stage"]
+    assert set(result.timings) == {"stage", *GROUPED}
+    assert {"cuda_init_s", "environment_s", "subjects_s", "compile_only_wait_s"} <= set(
+        result.timings["stage"]
+    )
+    # a candidate's document whose timings are out of the wire's bounds: an error saying where
+    swollen = {**doc, "timings": {f"s{i}": {"x_s": 1.0} for i in range(100)}}
+    refused = pipeline.accepted(Stage.determinism, swollen, 1.0)
+    assert isinstance(refused, str) and refused.startswith("timings")
+
+
+def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[torch.Tensor] = []
+    real = determinism.digest
+
+    def counting(t: torch.Tensor) -> str:
+        hashed.append(t)
+        return real(t)
+
+    monkeypatch.setattr(determinism, "digest", counting)
+    arm = Arm("deterministic", knob=True)
+    x = torch.arange(6, dtype=torch.float32)
+    for _ in range(5):
+        arm.add({"out": x.clone()})
+    assert len(hashed) == 1  # run 0 only; the other four compared as bytes
+    assert arm.outputs["out"].digests == [real(x)] * 5
+    flipped = x.clone()
+    flipped[0] = -0.0  # +0.0 and -0.0: equal as numbers, different bytes
+    arm.add({"out": flipped})
+    assert len(hashed) == 2 and arm.outputs["out"].differing == 1
+    assert arm.outputs["out"].digests[-1] == real(flipped) != real(x)
+
+
+def test_the_timings_reach_the_report_and_the_build_page_bounded(service: Service) -> None:
+    build_id = submit_wheel(service)
+    runner = register(service, "r1")
+    lease = runner.post("/api/jobs/claim", json={}).json()
+    token, job = lease["lease_token"], lease["job_id"]
+    timings = {
+        "stage": {"ready_s": 4.2, "total_s": 20.5},
+        "x": {"compile_only_s": 1.0, "reused": True},
+    }
+    body = stage_body(token)
+    resp = runner.post(
+        f"/api/jobs/{job}/stages",
+        json={**body, "result": {**body["result"], "timings": {str(i): {} for i in range(40)}}},
+    )
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "validation_error"
+    resp = runner.post(
+        f"/api/jobs/{job}/stages", json={**body, "result": {**body["result"], "timings": timings}}
+    )
+    assert resp.status_code == 201, resp.text
+    (stage,) = report(service, build_id)["jobs"][0]["stages"]
+    assert stage["timings"] == timings
+    page = httpx.get(f"{service.url}/builds/{build_id}").text
+    assert "where the seconds went" in page and "ready_s 4.2" in page
+    assert "x: compile_only_s 1.0, reused True" in page
