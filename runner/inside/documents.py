@@ -70,8 +70,12 @@ class RefusalRowDoc(TypedDict):
 
 # Keys of a refusal row that the runner does not carry on (the wire's RefusalRow lacks them).
 REFUSAL_ROW_LOCAL = frozenset({"kwargs", "state", "te"})
-# Fields of the wire's models that no stage document carries: the service fills them in.
-WIRE_ONLY: dict[str, frozenset[str]] = {"Finding": frozenset({"job_ids"})}
+# Fields of the wire's models that no stage document carries: the runner (a check's repro line,
+# runner/repro.py) or the service (the jobs that saw a finding) fills them in.
+WIRE_ONLY: dict[str, frozenset[str]] = {
+    "Check": frozenset({"repro"}),
+    "Finding": frozenset({"job_ids"}),
+}
 
 
 class StageDoc(TypedDict):
