@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -234,6 +235,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8089)
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument(
+        "--keep-db", action="store_true", help="copy the service's SQLite database into --out"
+    )
+    parser.add_argument(
         "--family", help="GPU families to cover (default: this GPU's); '' for a CPU job alone"
     )
     args = parser.parse_args()
@@ -275,6 +279,10 @@ def main() -> None:
                     print(text(summaries[-1]), flush=True)
             (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
             (args.out / "summary.txt").write_text("\n\n".join(text(s) for s in summaries) + "\n")
+            if args.keep_db:  # the service's database, to show these builds' pages elsewhere
+                db = sqlite3.connect(work / "data" / "fe-ci.sqlite3")
+                db.execute("VACUUM INTO ?", (str(args.out / "fe-ci.sqlite3"),))
+                db.close()
         finally:
             for proc in (runner, service):
                 if proc is not None and proc.poll() is None:
