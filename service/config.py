@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=120, ge=1)
     max_upload_mb: int = Field(default=1024, ge=1)
     sweep_interval_s: float = Field(default=5.0, gt=0)
+    bisect_max_builds: int = Field(default=8, ge=1, le=64)  # builds one bisection may queue
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runner.wire import Verdict
 from service.config import Settings
+from service.models import Build
 
 log = logging.getLogger("fe_ci.github")
 
@@ -103,7 +104,18 @@ class StatusReporter:
             log.warning("event=commit_status_failed build=%s error=%r", status.build_id, exc)
 
 
+def may_post(session: Session, build_id: int) -> bool:
+    """Every status passes here: a bisection's step builds tell GitHub nothing (their commits
+    are older than the branch's head, and their verdicts cover only the deciding stage)."""
+    build = session.get(Build, build_id)
+    return build is not None and build.bisection_id is None
+
+
 def queue_status(session: Session, status: Status) -> None:
     reporter = session.info.get("github")
-    if isinstance(reporter, StatusReporter) and reporter.enabled:
-        session.info.setdefault(PENDING_KEY, {})[status.build_id] = status
+    if not (isinstance(reporter, StatusReporter) and reporter.enabled):
+        return
+    if not may_post(session, status.build_id):
+        log.info("event=commit_status_withheld build=%s reason=bisection", status.build_id)
+        return
+    session.info.setdefault(PENDING_KEY, {})[status.build_id] = status
