@@ -280,3 +280,10 @@ def commit_info(repo: Path, sha: str) -> CommitInfo:
     if len(out) < 3:
         raise BuildFailure("unknown_commit", f"no commit {sha}")
     return CommitInfo(sha=out[0], subject=out[1][:300], author=out[2][:200])
+
+
+def resolve_rev(repo: Path, rev: str) -> str:
+    """A revision of a local repository (``HEAD~3``, a branch, a short sha) as its 40-hex sha."""
+    if rev.startswith("-"):
+        raise BuildFailure("unknown_commit", f"{rev!r} is not a revision")
+    return _git_out(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()

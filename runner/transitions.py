@@ -36,7 +36,7 @@ class Question(BaseModel):
 
     def summary(self) -> str:
         where = f" on {self.family}" if self.family else ""
-        return f"{self.check}{where}: {self.good} -> {self.bad}"
+        return f"{self.check}{where}: {self.good} on the good build, {self.bad} on the bad one"
 
     def repro(self, commit: str, repo: str | None = None) -> str:
         """The one command that answers the question for ``commit`` on a machine of its family."""

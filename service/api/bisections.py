@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from runner.transitions import Question
 from service import bisect, notify
 from service.deps import IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
-from service.models import Bisection, Build
+from service.models import Bisection, BisectionStep, Build
 
 router = APIRouter(prefix="/api/bisections", tags=["bisections"])
 
@@ -136,6 +137,22 @@ def get_bisection(session: Session, bisection_id: int) -> Bisection:
     if found is None:
         raise NotFound(f"no bisection {bisection_id}")
     return found
+
+
+class BisectionsPage(BaseModel):
+    items: list[BisectionPublic]
+
+
+@router.get("", response_model=BisectionsPage)
+def read_bisections(
+    session: SessionDep, build: Annotated[int | None, Query(ge=1)] = None
+) -> BisectionsPage:
+    """Bisections, newest first (at most 50); ``build`` keeps those of that build (red or step)."""
+    stmt = select(Bisection).order_by(Bisection.id.desc()).limit(50)
+    if build is not None:
+        steps = select(BisectionStep.bisection_id).where(BisectionStep.build_id == build)
+        stmt = stmt.where(or_(Bisection.bad_build_id == build, Bisection.id.in_(steps)))
+    return BisectionsPage(items=[bisection_public(session, b) for b in session.scalars(stmt)])
 
 
 @router.get("/{bisection_id}", response_model=BisectionPublic)
