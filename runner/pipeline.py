@@ -77,6 +77,7 @@ class Options:
     start_configs: dict[str, str] = field(default_factory=dict)  # {subject: config}, as given
     # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's
     remembered: list[RememberedConfig] = field(default_factory=list)
+    subjects: list[str] | None = None  # the determinism stage runs only these; None: all
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
@@ -367,7 +368,7 @@ class Pipeline:
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
         store, key, cache_dir, linked = self._prepare_compile_cache()
-        params = {
+        params: dict[str, Any] = {
             "family": o.family,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
             "repeats": o.repeats,
@@ -380,6 +381,8 @@ class Pipeline:
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,
         }
+        if o.subjects:
+            params["subjects"] = list(o.subjects)
         result = self.run_inside(Stage.determinism, params)
         if store is not None and key is not None:
             published, refused = store.publish(key, cache_dir)

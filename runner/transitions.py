@@ -34,6 +34,10 @@ class Question(BaseModel):
     bad: str  # what the bad build showed
     stages: list[Stage]
 
+    def deciding_subjects(self) -> list[str] | None:
+        """The subjects a step's determinism stage runs (None: no determinism stage)."""
+        return [self.subject] if Stage.determinism in self.stages and self.subject else None
+
     def summary(self) -> str:
         where = f" on {self.family}" if self.family else ""
         return f"{self.check}{where}: {self.good} on the good build, {self.bad} on the bad one"

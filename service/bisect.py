@@ -225,7 +225,8 @@ class Driver:
             submitted_by=f"bisection #{bisection.id}",
         )
         session.add(build)
-        queue.create_jobs(session, build, self.settings, only=(question.stages, question.family))
+        only = (question.stages, question.family, question.deciding_subjects())
+        queue.create_jobs(session, build, self.settings, only=only)
         queue.announce(session, build)
         bisection.steps.append(BisectionStep(build_id=build.id, commit=commit))
         log.info("event=bisection_step bisection=%s commit=%s", bisection.id, commit[:12])

@@ -104,6 +104,7 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(8))  # "build" | "cpu" | "gpu"
     family: Mapped[str | None] = mapped_column(String(16))
     stages: Mapped[list[str]] = mapped_column(JSON, default=list)
+    subjects: Mapped[list[str] | None] = mapped_column(JSON)  # None: every subject
     state: Mapped[str] = mapped_column(String(16), default="queued")
     reason: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=1)

@@ -51,12 +51,13 @@ def create_jobs(
     build: Build,
     settings: Settings,
     *,
-    only: tuple[list[Stage], str | None] | None = None,
+    only: tuple[list[Stage], str | None, list[str] | None] | None = None,
 ) -> list[Job]:
     """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits).
 
-    ``only=(stages, family)``: one job that runs just those stages, the CPU job where ``family``
-    is None, else that family's GPU job (a bisection step runs only what decides its question).
+    ``only=(stages, family, subjects)``: one job that runs just those stages (and subjects), the
+    CPU job where ``family`` is None, else that family's GPU job (a bisection step runs only what
+    decides its question).
     """
     now = utcnow()
     jobs: list[Job] = []
@@ -66,7 +67,7 @@ def create_jobs(
     if build.source == "commit" and build.sha256 is None:
         jobs.append(Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued))
         first_state = JobState.waiting
-    stages, only_family = only if only is not None else (list(CPU_STAGES), None)
+    stages, only_family, subjects = only if only is not None else (list(CPU_STAGES), None, None)
     if only is None or only_family is None:
         jobs.append(Job(kind=JobKind.cpu, stages=list(stages), state=first_state))
     deadline = now + timedelta(hours=settings.gpu_wait_hours)
@@ -78,6 +79,7 @@ def create_jobs(
                 kind=JobKind.gpu,
                 family=family,
                 stages=list(stages),
+                subjects=subjects,
                 state=first_state,
                 wait_deadline=deadline,
             )

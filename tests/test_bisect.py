@@ -263,3 +263,48 @@ def test_cancel_ends_the_bisection_and_its_step_build(
     assert after["state"] == "cancelled" and len(after["steps"]) == 1
     again = httpx.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
     assert again.status_code == 409
+
+
+def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) -> None:
+    """A step for a determinism question queues the one GPU job of its family with the one
+    subject (the migrated schema, a real SQLite file; no GPU needed to queue it)."""
+    from runner.transitions import Question
+    from runner.wire import Stage
+    from service import bisect, db
+    from service.config import Settings
+    from service.models import Bisection, Job
+
+    settings = Settings(data_dir=tmp_path, gpu_archs=["sm_90", "sm_100"])
+    db.migrate(settings.url)
+    sessions = db.session_factory(db.make_engine(settings.url))
+    question = Question(
+        rule="determinism_check",
+        subject="sdpa_bwd",
+        family="sm_90",
+        check="sdpa_bwd.deterministic",
+        good="pass",
+        bad="fail",
+        stages=[Stage.install, Stage.probe, Stage.determinism],
+    )
+    driver = bisect.Driver(settings, sessions, on_queued=lambda: None)
+    with sessions() as session:
+        b = Bisection(
+            repo="r",
+            branch="develop",
+            good_commit="1" * 40,
+            bad_commit="3" * 40,
+            question=question.model_dump(mode="json"),
+            commits=["2" * 40, "3" * 40],
+            state=bisect.RUNNING,
+            max_builds=8,
+            candidates=[],
+        )
+        session.add(b)
+        session.flush()
+        assert driver._advance(session, b) == 1
+        session.commit()
+        jobs = session.query(Job).all()
+    assert [(j.kind, j.family, j.stages, j.subjects) for j in jobs] == [
+        ("build", None, ["build"], None),
+        ("gpu", "sm_90", ["install", "probe", "determinism"], ["sdpa_bwd"]),
+    ]

@@ -1,4 +1,5 @@
-"""bisections: the search for a red transition's first bad commit, its steps, builds marked
+"""bisections: the search for a red transition's first bad commit, its steps, builds marked;
+a job may run only some subjects
 
 Revision ID: 0003
 Revises: 0002
@@ -64,6 +65,8 @@ def upgrade() -> None:
             batch_op.f("ix_bisection_steps_bisection_id"), ["bisection_id"], unique=False
         )
 
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("subjects", sa.JSON(), nullable=True))
     with op.batch_alter_table("builds", schema=None) as batch_op:
         batch_op.add_column(sa.Column("bisection_id", sa.Integer(), nullable=True))
         batch_op.create_index(batch_op.f("ix_builds_bisection_id"), ["bisection_id"], unique=False)
@@ -77,6 +80,8 @@ def downgrade() -> None:
         batch_op.drop_constraint("fk_builds_bisection_id", type_="foreignkey")
         batch_op.drop_index(batch_op.f("ix_builds_bisection_id"))
         batch_op.drop_column("bisection_id")
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_column("subjects")
     with op.batch_alter_table("bisection_steps", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_bisection_steps_bisection_id"))
     op.drop_table("bisection_steps")
