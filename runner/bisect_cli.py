@@ -87,16 +87,35 @@ def _say(answer: Answer, repo: Path, question: transitions.Question) -> None:
 
 
 def bisect(
-    good: Annotated[str, typer.Argument(help="a commit where the check was green")],
-    bad: Annotated[str, typer.Argument(help="a later commit where it is red")],
-    repo: Annotated[Path, typer.Option(help="the repository (a local path)")] = Path("."),
-    stages: Annotated[str, typer.Option(help="the deciding stages, e.g. probe")] = "probe",
+    good: Annotated[str, typer.Argument(metavar="GOOD", show_default=False, hidden=True)],
+    bad: Annotated[str, typer.Argument(metavar="BAD", show_default=False, hidden=True)],
+    repo: Annotated[Path, typer.Option(metavar="PATH", help="the repository, a local path")] = Path(
+        "."
+    ),
+    stages: Annotated[
+        str,
+        typer.Option(metavar="STAGES", help="the deciding stages, comma-separated (probe)"),
+    ] = "probe",
     max_builds: Annotated[
-        int, typer.Option(envvar="FE_CI_BISECT_MAX_BUILDS", help="builds between GOOD and BAD")
+        int,
+        typer.Option(
+            metavar="N",
+            envvar="FE_CI_BISECT_MAX_BUILDS",
+            help="builds between GOOD and BAD at most",
+        ),
     ] = 8,
-    work_dir: Annotated[Path | None, typer.Option(help="keep builds and logs here")] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="keep the builds and logs here")
+    ] = None,
 ) -> None:
-    """Find the first commit between GOOD and BAD where the selected stages turn red."""
+    """Find the first commit after GOOD (green) up to BAD (red) where the stages turn red.
+
+    GOOD and BAD are revisions of the repository at --repo (a sha, a branch, HEAD~3).
+
+    \b
+    Exit codes: 0 one commit named; 2 a range (skipped commits, or the cap);
+    1 nothing the stages check turned red; 4 bad input.
+    """
     from runner.cli import fail
 
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.cli import EXIT_BAD_INPUT
 from tests import frontend_repo as fr
 from tests.conftest import ROOT, base_env
 
@@ -55,6 +56,6 @@ def test_bisect_refuses_what_is_not_a_transition(tmp_path: Path) -> None:
     fr.commit(repo, 2, knob=True)
     env = base_env(tmp_path / "data")
     backwards = fe_ci(["bisect", "HEAD", first, "--repo", str(repo)], env)
-    assert backwards.returncode == 2 and "does not descend" in backwards.stderr
+    assert backwards.returncode == EXIT_BAD_INPUT and "does not descend" in backwards.stderr
     same = fe_ci(["bisect", first, "HEAD", "--repo", str(repo), "--stages", "probe"], env)
     assert same.returncode == 1 and "nothing that --stages probe checks turned red" in same.stderr
