@@ -1,8 +1,8 @@
 """bisections: the search for a red transition's first bad commit, its steps, builds marked;
 a job may run only some subjects
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-03 12:20:00.000000
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 import service.models
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
