@@ -94,7 +94,9 @@ def bisect(
     ),
     stages: Annotated[
         str,
-        typer.Option(metavar="STAGES", help="the deciding stages, comma-separated (probe)"),
+        typer.Option(
+            "--stages", metavar="STAGES", help="the deciding stages, comma-separated (probe)"
+        ),
     ] = "probe",
     max_builds: Annotated[
         int,
