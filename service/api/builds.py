@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from runner.wire import BuildReport, BuildsPage
