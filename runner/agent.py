@@ -285,6 +285,7 @@ class Agent:
             report_unselected=False,
             remembered=list(lease.start_configs),
             zygotes=self.zygotes,
+            subjects=lease.subjects,
         )
         pipe = pipeline.Pipeline(opts)
         poster = _Poster(self, lease, pipe)

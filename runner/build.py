@@ -247,3 +247,43 @@ def run_build(
         log_tail=sandbox.tail(log, 2000),
     )
     return result, Built(wheel=wheel, log=log, duration_s=duration)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+
+
+def _git_out(repo: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode != 0:
+        raise BuildFailure("git_failed", f"git {' '.join(args[:2])}: {proc.stderr.strip()[:300]}")
+    return proc.stdout
+
+
+def ancestry_path(repo: Path, good: str, bad: str) -> list[str]:
+    """``git rev-list --ancestry-path --reverse GOOD..BAD``: oldest first, ``bad`` last."""
+    for sha in (good, bad):
+        if not _SHA.match(sha):
+            raise BuildFailure("unknown_commit", f"{sha!r} is not a 40-hex commit")
+    out = _git_out(repo, "rev-list", "--ancestry-path", "--reverse", f"{good}..{bad}")
+    return out.split()
+
+
+def commit_info(repo: Path, sha: str) -> CommitInfo:
+    """The commit's subject line and author (``Name <email>``)."""
+    out = _git_out(repo, "show", "-s", "--format=%H%n%s%n%an <%ae>", sha).splitlines()
+    if len(out) < 3:
+        raise BuildFailure("unknown_commit", f"no commit {sha}")
+    return CommitInfo(sha=out[0], subject=out[1][:300], author=out[2][:200])
+
+
+def resolve_rev(repo: Path, rev: str) -> str:
+    """A revision of a local repository (``HEAD~3``, a branch, a short sha) as its 40-hex sha."""
+    if rev.startswith("-"):
+        raise BuildFailure("unknown_commit", f"{rev!r} is not a revision")
+    return _git_out(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()

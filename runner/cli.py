@@ -278,6 +278,25 @@ def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedCo
     return caps, memory.from_report(report), report
 
 
+def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path:
+    """The commit's wheel, built as a builder runner builds it."""
+    from runner import build
+
+    typer.echo(f"building {commit[:12]} of {repo}", err=True)
+    result, built = build.run_build(
+        repo,
+        commit,
+        cache_dir=Path(s.cache_dir),
+        work=work,
+        timeout_s=s.stage_timeout_s,
+        index_url=s.index_url,
+        wheelhouse=s.wheelhouse,
+    )
+    if built is None:
+        raise fail(f"the build failed: {result.reason}", EXIT_FAILED)
+    return built.wheel
+
+
 @app.command()
 def validate(
     wheel: Annotated[Path | None, WHEEL_ARG] = None,
@@ -334,6 +353,13 @@ def validate(
             help="run the selected subjects at this config, no escalation",
         ),
     ] = None,
+    commit: Annotated[
+        str | None,
+        typer.Option(metavar="SHA", help="build this commit of --repo with the builder first"),
+    ] = None,
+    repo: Annotated[
+        str, typer.Option(metavar="URL", help="with --commit: the repository (URL or path)")
+    ] = "https://github.com/NVIDIA/cudnn-frontend.git",
 ) -> None:
     """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
 
@@ -342,8 +368,16 @@ def validate(
     4 bad input (not a wheel, no such file, an unknown stage, a wrong option).
     """
     s = RunnerSettings()
+    tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
+    if commit is not None:
+        try:
+            wheel = _build_commit(s, repo, commit, tmp / "build")
+        except typer.Exit:
+            if work_dir is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
     if wheel is None and not preinstalled:
-        raise fail("give a WHEEL, or --preinstalled to validate the importable candidate")
+        raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
     selected = _parse_stages(stages)
     chosen_subjects = _parse_subjects(subjects)
     version = None
@@ -358,7 +392,6 @@ def validate(
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
-    tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
     opts = pipeline.Options.from_settings(
         s,
         stages=selected,
@@ -380,18 +413,29 @@ def validate(
     pipe = pipeline.Pipeline(opts, localreport.Progress())
     try:
         result = pipe.run(wheel)
+        report = localreport.local_report(result, wheel=wheel, family=family, version=version)
     finally:
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    report = localreport.local_report(result, wheel=wheel, family=family, version=version)
     if prev_report is not None:  # deterministic bits and cost against the earlier report
         report.history, changed = history.compare_reports(report, prev_report, s.cost_factor)
         report.findings += changed
+    if commit is not None:
+        report.source, report.repo, report.commit = "commit", repo, commit
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(report.model_dump_json(indent=2))
     localreport.print_report(report)
     raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def _register_bisect() -> None:
+    from runner.bisect_cli import bisect  # it uses this module's helpers
+
+    app.command()(bisect)
+
+
+_register_bisect()
 
 
 def main() -> None:

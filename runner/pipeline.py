@@ -385,7 +385,7 @@ class Pipeline:
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
         store, key, cache_dir, linked = self._prepare_compile_cache()
-        params = {
+        params: dict[str, Any] = {
             "family": o.family,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
             "repeats": o.repeats,

@@ -234,6 +234,7 @@ class JobLease(_Model):
     commit: str | None = None
     artifact_url: str | None = None  # build jobs upload the wheel here
     start_configs: list[RememberedConfig] = Field(default_factory=list)  # gpu jobs
+    subjects: list[str] | None = None  # only these subjects (a bisection step); None: all
 
 
 class LeasedPost(_Model):

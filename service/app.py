@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import blobsweep, db, github, headers, limits, notify, queue, uploads
-from service.api import builds, runners, validate, webhooks
+from service import bisect, blobsweep, db, github, headers, limits, notify, queue, uploads
+from service.api import bisections, builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
 from service.errors import ApiError
@@ -72,6 +72,7 @@ async def _sweeper(app: FastAPI) -> None:
             changed = await asyncio.to_thread(_sweep_once, app)
             if changed:
                 notify.queue_changed(app)
+            app.state.bisect.kick()  # also picks up what a restart interrupted
         except Exception:
             log.exception("event=sweep_failed")
 
@@ -129,11 +130,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
     github.StatusReporter(settings).install(app.state.sessions)
+    app.state.bisect = bisect.Driver(
+        settings, app.state.sessions, on_queued=lambda: notify.queue_changed(app)
+    )
+    app.state.bisect.install()
     install_error_handlers(app)
     app.include_router(validate.router)
     app.include_router(builds.router)
     app.include_router(runners.router)
     app.include_router(webhooks.router)
+    app.include_router(bisections.router)
     app.include_router(views.router)
     views.mount_static(app)
     apidocs.install_api_docs(app)

@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.
     orphan_grace_s: float = Field(default=3600.0, ge=0)
+    bisect_max_builds: int = Field(default=8, ge=1, le=64)  # builds one bisection may queue
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 

@@ -1,6 +1,7 @@
 """Feature regression across a build's line: what the previous build had and this one lacks.
 
-The previous build of the line is, for commit builds, the newest earlier build of the same branch;
+The previous build of the line is, for commit builds, the newest earlier build of the same branch
+(a bisection's step builds are not part of it; a step compares with its bisection's good build);
 for wheels, the build with the highest lower version.
 """
 
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from runner import compare
 from runner.wire import Capability, Finding, Severity, StageResult
-from service.models import Build, CapabilityRow, FindingRow, Job
+from service.models import Bisection, Build, CapabilityRow, FindingRow, Job
 from service.report import merge_capabilities
 
 LINE_KINDS = ("feature_regression",)
@@ -34,11 +35,15 @@ def _version(text: str | None) -> Version | None:
 
 def previous_build(session: Session, build: Build) -> Build | None:
     probed = select(CapabilityRow.build_id).distinct()
+    if build.bisection_id is not None:  # a bisection's step compares with its good build
+        bisection = session.get(Bisection, build.bisection_id)
+        good = bisection.good_build_id if bisection else None
+        return session.get(Build, good) if good else None
     if build.source == "commit":
         return session.scalars(
             select(Build)
             .where(Build.source == "commit", Build.branch == build.branch, Build.id < build.id)
-            .where(Build.id.in_(probed))
+            .where(Build.id.in_(probed), Build.bisection_id.is_(None))
             .order_by(Build.id.desc())
         ).first()
     mine = _version(build.version)

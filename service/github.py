@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from runner.wire import BuildReport
 from service.config import Settings
 from service.github_app import HEADERS, AppAuth
+from service.models import Build
 from service.statuses import CommitStatus, build_statuses
 
 log = logging.getLogger("fe_ci.github")
@@ -188,10 +189,20 @@ class StatusReporter:
         return None
 
 
+def may_post(session: Session, build_id: int) -> bool:
+    """Every status passes here: a bisection's step builds tell GitHub nothing (their commits
+    are older than the branch's head, and their verdicts cover only the deciding stage)."""
+    build = session.get(Build, build_id)
+    return build is not None and build.bisection_id is None
+
+
 def queue_statuses(session: Session, report: BuildReport) -> None:
     """Queue every context of a commit build; they are sent after the commit, changes only."""
     reporter = session.info.get("github")
     if not (isinstance(reporter, StatusReporter) and reporter.enabled and report.commit):
+        return
+    if report.id is None or not may_post(session, report.id):
+        log.info("event=commit_status_withheld build=%s reason=bisection", report.id)
         return
     pending = session.info.setdefault(PENDING_KEY, {})
     for status in build_statuses(report, reporter.settings.public_url):

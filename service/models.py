@@ -85,6 +85,10 @@ class Build(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     verdict: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     verdict_reason: Mapped[str] = mapped_column(Text, default="")
+    # a step of a bisection: only the deciding stages run, no GitHub status is posted
+    bisection_id: Mapped[int | None] = mapped_column(
+        ForeignKey("bisections.id", ondelete="SET NULL", use_alter=True), index=True
+    )
 
     jobs: Mapped[list[Job]] = relationship(
         back_populates="build", order_by="Job.id", cascade="all, delete-orphan"
@@ -100,6 +104,7 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(8))  # "build" | "cpu" | "gpu"
     family: Mapped[str | None] = mapped_column(String(16))
     stages: Mapped[list[str]] = mapped_column(JSON, default=list)
+    subjects: Mapped[list[str] | None] = mapped_column(JSON)  # None: every subject
     state: Mapped[str] = mapped_column(String(16), default="queued")
     reason: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=1)
@@ -310,4 +315,51 @@ class Artifact(Base):
     version: Mapped[str | None] = mapped_column(String(100))
     log_sha256: Mapped[str | None] = mapped_column(String(64))
     build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Bisection(Base):
+    """The search for the first bad commit of a red transition between two builds of a branch."""
+
+    __tablename__ = "bisections"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repo: Mapped[str] = mapped_column(String(500))
+    branch: Mapped[str] = mapped_column(String(300))
+    good_build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    bad_build_id: Mapped[int | None] = mapped_column(
+        ForeignKey("builds.id", ondelete="SET NULL"), unique=True
+    )
+    good_commit: Mapped[str] = mapped_column(String(40))
+    bad_commit: Mapped[str] = mapped_column(String(40))
+    question: Mapped[dict[str, Any]] = mapped_column(JSON)
+    commits: Mapped[list[str]] = mapped_column(JSON, default=list)  # GOOD..BAD, oldest first
+    # opening (the mirror is read) -> running -> finished | cancelled | failed
+    state: Mapped[str] = mapped_column(String(16), default="opening", index=True)
+    max_builds: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str | None] = mapped_column(String(16))  # found | range | capped
+    candidates: Mapped[list[str]] = mapped_column(JSON, default=list)
+    first_bad: Mapped[dict[str, str] | None] = mapped_column(JSON)  # sha, subject, author
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    steps: Mapped[list[BisectionStep]] = relationship(
+        order_by="BisectionStep.id", cascade="all, delete-orphan"
+    )
+
+
+class BisectionStep(Base):
+    """One commit tested for a bisection: its build and, once it finished, good, bad or skip."""
+
+    __tablename__ = "bisection_steps"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bisection_id: Mapped[int] = mapped_column(
+        ForeignKey("bisections.id", ondelete="CASCADE"), index=True
+    )
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    commit: Mapped[str] = mapped_column(String(40))
+    mark: Mapped[str | None] = mapped_column(String(8))  # good | bad | skip; None while it runs
+    detail: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

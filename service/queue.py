@@ -46,8 +46,19 @@ def gpu_families(session: Session, settings: Settings, now: datetime) -> list[st
     return sorted({f for f in settings.gpu_archs if f != "auto"})
 
 
-def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]:
-    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits)."""
+def create_jobs(
+    session: Session,
+    build: Build,
+    settings: Settings,
+    *,
+    only: tuple[list[Stage], str | None, list[str] | None] | None = None,
+) -> list[Job]:
+    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits).
+
+    ``only=(stages, family, subjects)``: one job that runs just those stages (and subjects), the
+    CPU job where ``family`` is None, else that family's GPU job (a bisection step runs only what
+    decides its question).
+    """
     now = utcnow()
     jobs: list[Job] = []
     first_state = JobState.queued
@@ -56,14 +67,19 @@ def create_jobs(session: Session, build: Build, settings: Settings) -> list[Job]
     if build.source == "commit" and build.sha256 is None:
         jobs.append(Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued))
         first_state = JobState.waiting
-    jobs.append(Job(kind=JobKind.cpu, stages=list(CPU_STAGES), state=first_state))
+    stages, only_family, subjects = only if only is not None else (list(CPU_STAGES), None, None)
+    if only is None or only_family is None:
+        jobs.append(Job(kind=JobKind.cpu, stages=list(stages), state=first_state))
     deadline = now + timedelta(hours=settings.gpu_wait_hours)
-    for family in gpu_families(session, settings, now):
+    families = gpu_families(session, settings, now) if only is None else [only_family]
+    for family in (f for f in families if f):
+        stages = list(GPU_STAGES) if only is None else stages
         jobs.append(
             Job(
                 kind=JobKind.gpu,
                 family=family,
-                stages=list(GPU_STAGES),
+                stages=list(stages),
+                subjects=subjects,
                 state=first_state,
                 wait_deadline=deadline,
             )
@@ -200,6 +216,7 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
 
 def refresh_build(session: Session, build_id: int) -> None:
     """Recompute and store the build's verdict (the grid reads the stored column)."""
+    from service import bisect  # a bisection creates jobs through this module
     from service.report import build_report  # the report imports this module
 
     session.flush()
@@ -223,7 +240,20 @@ def refresh_build(session: Session, build_id: int) -> None:
     if report.status in ("finished", "cancelled"):
         if build.finished_at is None:
             build.finished_at = utcnow()
+            bisect.build_finished(session, build, report)
         reports.keep(session, build.id, report)  # it can no longer change
+
+
+def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> None:
+    """Queued jobs end; a running stage is stopped at its next heartbeat."""
+    now = utcnow()
+    build.cancelled_at = build.cancelled_at or now
+    for job in session.scalars(select(Job).where(Job.build_id == build.id)):
+        if job.state in (JobState.waiting, JobState.queued, JobState.leased):
+            job.state = JobState.cancelled
+            job.finished_at = now
+            job.reason = reason
+    refresh_build(session, build.id)
 
 
 def release_waiting(session: Session, build: Build) -> None:

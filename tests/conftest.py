@@ -6,6 +6,8 @@ the same one); the names below stay importable from here for the tests that use 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -45,3 +47,13 @@ def make_service(tmp_path: Path) -> Iterator[StartService]:
 @pytest.fixture
 def service(make_service: StartService) -> Service:
     return make_service()
+
+
+@pytest.fixture
+def cache_dir() -> Iterator[str]:
+    """The runners' cache (job work dirs, environments) outside ``/tmp/pytest-of-<user>``: every
+    pytest session that starts on the host takes ``o+x`` off that directory again, and a
+    sandboxed candidate (uid nobody) of a runner under it then cannot write its result."""
+    path = tempfile.mkdtemp(prefix="fe-ci-runner-cache-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

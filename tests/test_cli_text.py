@@ -30,7 +30,7 @@ def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProces
     )
 
 
-@pytest.mark.parametrize("command", ["", "serve", "runner", "submit", "validate"])
+@pytest.mark.parametrize("command", ["", "serve", "runner", "submit", "validate", "bisect"])
 def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path) -> None:
     proc = fe_ci(*([command] if command else []), "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -48,7 +48,7 @@ def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path
 
 
 def test_every_option_of_every_command_has_help(tmp_path: Path) -> None:
-    for command in ("serve", "runner", "submit", "validate"):
+    for command in ("serve", "runner", "submit", "validate", "bisect"):
         text = fe_ci(command, "--help", cwd=tmp_path).stdout
         options = text.split("Options:", 1)[1]
         for line in options.splitlines():

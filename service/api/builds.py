@@ -6,15 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from runner.wire import BuildReport, BuildsPage, JobState
+from runner.wire import BuildReport, BuildsPage
 from service import notify, queue, reports
 from service.build_list import filtered_builds
 from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
-from service.models import Build, Job, utcnow
+from service.models import Build
 from service.report import build_report, summary
 
 router = APIRouter(prefix="/api/builds", tags=["builds"])
@@ -92,14 +91,7 @@ def cancel_build(
     build = get_build(session, build_id)
     if build.finished_at is not None and build.cancelled_at is None:
         raise Conflict(f"build {build_id} already finished")
-    now = utcnow()
-    build.cancelled_at = build.cancelled_at or now
-    for job in session.scalars(select(Job).where(Job.build_id == build.id)):
-        if job.state in (JobState.waiting, JobState.queued, JobState.leased):
-            job.state = JobState.cancelled
-            job.finished_at = now
-            job.reason = "cancelled"
-    queue.refresh_build(session, build.id)
+    queue.cancel_build(session, build)
     session.commit()
     notify.queue_changed(request.app)
     return build_report(session, build)

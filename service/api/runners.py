@@ -161,6 +161,7 @@ def _lease(
         if job.kind == JobKind.build
         else None,
         start_configs=start_configs,
+        subjects=job.subjects,
     )
 
 

@@ -20,11 +20,12 @@ from sqlalchemy import select
 
 from runner.inside.registry import SUBJECTS
 from runner.wire import STAGE_ORDER, RefusalReport, Verdict
+from service.api.bisections import of_build
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
 from service.report import build_report
-from service.web import live, runners, trends
+from service.web import bisections, live, runners, trends
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs
 from service.web.templating import HERE, templates
@@ -33,6 +34,7 @@ router = APIRouter(include_in_schema=False)
 router.include_router(live.router)
 router.include_router(trends.router)
 router.include_router(runners.router)
+router.include_router(bisections.router)
 
 VERDICTS = [v.value for v in Verdict]
 
@@ -148,6 +150,7 @@ def read_build_page(
             "refusal_columns": REFUSAL_COLUMNS,
             "subjects": SUBJECTS,
             "now": now,
+            "bisection": of_build(session, build),
         },
     )
     return _timed(response, started)

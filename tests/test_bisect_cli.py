@@ -1,0 +1,61 @@
+"""``fe-ci bisect`` against a real local repository of a frontend-shaped package
+(tests/frontend_repo.py): the real builder makes every wheel, the real pipeline probes it, no
+service runs. Then the answer's repro line is run as printed."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.cli import EXIT_BAD_INPUT
+from tests import frontend_repo as fr
+from tests.conftest import ROOT, base_env
+
+pytestmark = pytest.mark.slow
+
+
+def fe_ci(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_bisect_names_the_commit_that_dropped_the_knob_and_its_repro_runs(
+    tmp_path: Path, cache_dir: str
+) -> None:
+    repo = tmp_path / "frontend"
+    shas = fr.history(repo)
+    env = base_env(tmp_path / "data", FE_CI_CACHE_DIR=cache_dir)
+    out = fe_ci(["bisect", shas[0], "HEAD", "--repo", str(repo), "--stages", "probe"], env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"the first bad commit is {shas[5]}" in out.stdout
+    assert "subject: commit 6: drops the deterministic knob" in out.stdout
+    assert f"author:  {fr.AUTHOR} <{fr.EMAIL}>" in out.stdout
+    assert "builds: 3 between GOOD and BAD, 5 in all" in out.stdout
+    repro = next(line for line in out.stdout.splitlines() if "reproduce:" in line)
+    argv = shlex.split(repro.split("reproduce:", 1)[1])
+    assert argv[:4] == ["fe-ci", "validate", "--commit", shas[5]]
+    again = fe_ci(argv[1:], env)
+    shown = [x.split() for x in again.stdout.splitlines() if x.strip().startswith("grouped_gemm_")]
+    assert ["grouped_gemm_dsrelu", "no", "'deterministic'"] in shown, again.stdout[-3000:]
+
+
+def test_bisect_refuses_what_is_not_a_transition(tmp_path: Path) -> None:
+    repo = tmp_path / "frontend"
+    fr.init(repo)
+    first = fr.commit(repo, 1, knob=True)
+    fr.commit(repo, 2, knob=True)
+    env = base_env(tmp_path / "data")
+    backwards = fe_ci(["bisect", "HEAD", first, "--repo", str(repo)], env)
+    assert backwards.returncode == EXIT_BAD_INPUT and "does not descend" in backwards.stderr
+    same = fe_ci(["bisect", first, "HEAD", "--repo", str(repo), "--stages", "probe"], env)
+    assert same.returncode == 1 and "nothing that --stages probe checks turned red" in same.stderr
