@@ -10,10 +10,12 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, free_port, service_env
+from tests.helpers import CHROMIUM, chromium
 
 base_env = service_env
 StartService = Callable[..., Service]
@@ -57,3 +59,12 @@ def cache_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="fe-ci-runner-cache-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium per test module; skipped, with the reason, where it is missing."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)")
+    with chromium() as b:
+        yield b

@@ -1,5 +1,5 @@
 """What several test modules do against a running service: register a runner, submit a wheel,
-read a report, post a stage, deliver a signed GitHub push, wait for a build.
+read a report, post a stage, deliver a signed GitHub push, wait for a build, open a browser.
 
 Test modules import these from here, never from one another. The service, the wheels and the
 free port they use are ``testkit``'s (shared with the benchmarks); the fixtures are in conftest.
@@ -12,7 +12,8 @@ import hmac
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -132,3 +133,23 @@ def send(
             "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
         )
     return httpx.post(f"{svc.url}/api/webhooks/github", content=body, headers=headers)
+
+
+# Debian's Chromium: playwright cannot download its own browsers here.
+CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A real headless Chromium (playwright's sync API), closed on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()

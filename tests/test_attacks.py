@@ -12,6 +12,7 @@ import httpx
 from service import wheelcheck
 from testkit.service import SUBMIT, Service
 from testkit.wheels import make_directory_bomb
+from tests.helpers import CHROMIUM, chromium
 
 
 def post_wheel(svc: Service, wheel: Path) -> httpx.Response:
@@ -178,7 +179,6 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
 
 # ---------------------------------------------------------------- HEAD and page headers
 
-CHROMIUM = Path("/usr/bin/chromium")
 PAGES = ["/", "/trends", "/runners", "/builds/1"]
 OTHERS = [
     "/healthz",
@@ -232,13 +232,7 @@ def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
     assert httpx.get(f"{service.url}/api/builds").headers["x-content-type-options"] == "nosniff"
     if not CHROMIUM.exists():
         return  # the headers are checked; the browser half needs Debian's chromium
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+    with chromium() as browser:
         page = browser.new_page()
         console: list[str] = []
         page.on("console", lambda msg: console.append(msg.text))

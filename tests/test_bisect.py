@@ -3,7 +3,7 @@
 wheel and probing it, the service's own mirror and ``git rev-list --ancestry-path``.
 
 GitHub is the one fake: the tests send the deliveries it would send, and its status API is a
-local recorder on 127.0.0.1 (``tests.test_webhooks._Recorder``). The repository lives under a
+local recorder on 127.0.0.1 (``tests.github_recorder``). The repository lives under a
 ``github.com/NVIDIA/cudnn-frontend`` directory so that statuses are enabled for it.
 """
 
@@ -23,11 +23,11 @@ import pytest
 
 from tests import frontend_repo as fr
 from tests.conftest import ROOT, SUBMIT, Service
-from tests.test_webhooks import _Recorder, push, send
+from tests.github_recorder import GitHubRecorder
+from tests.helpers import CHROMIUM, chromium, push, send
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "docs" / "screenshots"
 
 
@@ -125,7 +125,7 @@ def red_after_green(svc: Service, shas: list[str], *, serve: bool = True) -> tup
 def test_a_push_of_nine_commits_is_bisected_to_the_commit_that_dropped_the_knob(
     make_service: Any, runner: Any, tmp_path: Path, cache_dir: str
 ) -> None:
-    github = _Recorder()
+    github = GitHubRecorder()
     repo = repo_dir(tmp_path)
     shas = fr.history(repo)  # the knob is gone from commit 6 on
     svc: Service = make_service(
@@ -167,23 +167,19 @@ def test_a_push_of_nine_commits_is_bisected_to_the_commit_that_dropped_the_knob(
     assert f'href="/bisections/{b["id"]}"' in httpx.get(f"{svc.url}/builds/{bad}").text
     # GitHub heard of the two pushed commits and of no bisection step
     time.sleep(1)
-    posted = {path.rsplit("/", 1)[-1] for path, _, _ in github.wait_for(2)}
-    assert {shas[0], shas[-1]} <= posted
+    pushed = {shas[0], shas[-1]}
+    calls = github.wait_until(lambda calls: pushed <= {c.path.rsplit("/", 1)[-1] for c in calls})
+    posted = {c.path.rsplit("/", 1)[-1] for c in calls if "/statuses/" in c.path}
+    assert pushed <= posted
     assert not posted & {s["commit"] for s in b["steps"]}, posted
-    github.server.shutdown()
+    github.close()
     if CHROMIUM.exists():
         page_in_browser(svc, bad, b)
 
 
 def page_in_browser(svc: Service, bad: int, b: dict[str, Any]) -> None:
     """From the red build's page to the bisection page, in a real headless Chromium."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 800})
         page.goto(f"{svc.url}/builds/{bad}")
         page.click("#bisection-link a")

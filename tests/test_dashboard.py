@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -22,9 +21,8 @@ from service.db import make_engine
 from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION, seed_all
 from testkit.service import ROOT, Service, service_env
 from testkit.wheels import make_wheel
-from tests.helpers import register, submit_wheel
+from tests.helpers import CHROMIUM, register, submit_wheel
 
-CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "docs" / "screenshots"
 needs_chromium = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -59,21 +57,6 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, 
         engine.dispose()
     yield svc, ids
     svc.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ of one version told apart, the favicon, an empty trends page."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,8 +14,6 @@ import pytest
 from service.db import make_engine
 from testkit.dashboard_data import seed_all
 from testkit.service import Service, service_env
-
-CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +27,6 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         engine.dispose()
     yield svc
     svc.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 @pytest.fixture

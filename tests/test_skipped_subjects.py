@@ -6,10 +6,8 @@ probe finds three knobs and one entry point without its knob; no GPU runner exis
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree as ET
 
 import httpx
@@ -19,7 +17,6 @@ from runner.inside.registry import SUBJECTS
 from testkit.service import REGISTER, Service
 from testkit.wheels import make_wheel
 
-CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
 PRESENT = ("flex_attention_bwd", "grouped_gemm_dglu", "grouped_gemm_dsrelu")
 ABSENT = "sdpa_bwd"
 
@@ -98,21 +95,6 @@ def test_junit_has_a_skipped_testcase_per_subject_not_run(built) -> None:  # typ
         assert reasons[name] in (skipped.get("message") or "")
         assert "skipped: skipped" not in (skipped.get("message") or "")
     assert int(root.get("skipped", "0")) >= len(SUBJECTS)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 def test_the_pages_say_the_same_words(built, browser) -> None:  # type: ignore[no-untyped-def]
