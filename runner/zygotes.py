@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner import candidate, envs, layers, sandbox
+from runner.inside.zygote import unix_address
 
 log = logging.getLogger("fe_ci.zygote")
 
@@ -102,7 +103,7 @@ class Zygote:
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             conn.settimeout(PID_TIMEOUT_S)
-            conn.connect(str(self.socket_path))
+            unix_address(conn, str(self.socket_path), bind=False)
         except OSError as exc:
             log.warning("event=zygote_unreachable key=%s error=%r", self.key, exc)
             return None

@@ -184,6 +184,8 @@ OTHERS = [
     "/healthz",
     "/api/builds",
     "/api/builds/1",
+    "/api/bisections",
+    "/api/bisections/1",
     "/builds/1/live.json",
     "/builds/1/junit.xml",
     "/api/jobs/1/wheel",
@@ -202,7 +204,7 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(
     assert post_wheel(service, wheel).status_code == 202
     schema = httpx.get(f"{service.url}/openapi.json").json()
     gets = {
-        p.replace("{build_id}", "1").replace("{job_id}", "1")
+        p.replace("{build_id}", "1").replace("{job_id}", "1").replace("{bisection_id}", "1")
         for p, ops in schema["paths"].items()
         if "get" in ops
     }

@@ -121,11 +121,29 @@ def _serve_one(srv: socket.socket, conn: socket.socket) -> None:
     conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
 
 
+# sun_path holds 108 bytes: a deeper socket path is reached through a descriptor of its folder
+_SUN_PATH_MAX = 100
+
+
+def unix_address(sock: socket.socket, path: str, bind: bool) -> None:
+    """Bind (or connect) ``sock`` to ``path``, however long: past sun_path's limit, through
+    ``/proc/self/fd/N/<name>`` with N a descriptor of the socket's folder."""
+    act = sock.bind if bind else sock.connect
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        act(path)
+        return
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        act(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
+
+
 def serve(sock_path: str, modules: list[str], parent: int | None = None) -> None:
     _harden(parent)
     loaded = preload(modules)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(sock_path)
+    unix_address(srv, sock_path, bind=True)
     srv.listen(4)
     print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded}), flush=True)
     while True:

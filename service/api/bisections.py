@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from runner.transitions import Question
 from service import bisect, notify
-from service.deps import IdPath, SessionDep, SubmitterDep
+from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Bisection, BisectionStep, Build
 
@@ -145,7 +145,7 @@ class BisectionsPage(BaseModel):
 
 @router.get("", response_model=BisectionsPage)
 def read_bisections(
-    session: SessionDep, build: Annotated[int | None, Query(ge=1)] = None
+    session: SessionDep, build: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None
 ) -> BisectionsPage:
     """Bisections, newest first (at most 50); ``build`` keeps those of that build (red or step)."""
     stmt = select(Bisection).order_by(Bisection.id.desc()).limit(50)
