@@ -1,0 +1,71 @@
+"""Screenshots of the dashboard over a database that a real run left behind.
+
+    .venv/bin/python bench/page_shots.py --db fe-ci.sqlite3 --out DIR [--page /trends ...]
+
+Copies the SQLite database (``bench/gpu_builds.py --keep-db`` writes one) into a temp data dir,
+starts a real ``fe-ci serve`` on it (its migrations run first, so an older database is brought to
+this checkout's schema; the copy given is never touched), and saves a full-page PNG of each page
+from a headless Chromium (Debian's, ``FE_CI_CHROMIUM``). Default pages: the grid, the trends page
+and every build's page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from testkit.service import Service, service_env  # noqa: E402
+
+CHROMIUM = Path(os.environ.get("FE_CI_CHROMIUM", "/usr/bin/chromium"))
+
+
+def default_pages(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM builds ORDER BY id")]
+    return ["/", "/trends", *(f"/builds/{i}" for i in ids)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--page", action="append", help="a path to shoot (repeatable)")
+    parser.add_argument("--width", type=int, default=1400)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fe-ci-shots-") as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        shutil.copyfile(args.db, data / "fe-ci.sqlite3")
+        pages = args.page or default_pages(data / "fe-ci.sqlite3")
+        svc = Service(data_dir=data, env=service_env(data)).start()
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(
+                    executable_path=str(CHROMIUM),
+                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+                )
+                page = browser.new_page(viewport={"width": args.width, "height": 900})
+                for path in pages:
+                    page.goto(f"{svc.url}{path}")
+                    page.wait_for_load_state("networkidle")
+                    name = path.strip("/").replace("/", "-") or "grid"
+                    page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
+                    print(f"{path} -> {args.out / f'{name}.png'}")
+                browser.close()
+        finally:
+            svc.stop()
+
+
+if __name__ == "__main__":
+    main()
