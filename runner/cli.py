@@ -297,6 +297,15 @@ def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path
     return built.wheel
 
 
+def _wheel_version(wheel: Path | None) -> str | None:
+    if wheel is None:
+        return None
+    try:
+        return envs.read_wheel_metadata(wheel).version
+    except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
+        raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
+
+
 @app.command()
 def validate(
     wheel: Annotated[Path | None, WHEEL_ARG] = None,
@@ -368,28 +377,22 @@ def validate(
     4 bad input (not a wheel, no such file, an unknown stage, a wrong option).
     """
     s = RunnerSettings()
-    tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
-    if commit is not None:
-        try:
-            wheel = _build_commit(s, repo, commit, tmp / "build")
-        except typer.Exit:
-            if work_dir is None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    if wheel is None and not preinstalled:
+    if wheel is None and commit is None and not preinstalled:
         raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
     selected = _parse_stages(stages)
     chosen_subjects = _parse_subjects(subjects)
-    version = None
-    if wheel is not None:
-        if not wheel.is_file():
-            raise fail(f"no such file: {wheel}")
-        try:
-            meta = envs.read_wheel_metadata(wheel)
-        except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
-            raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
-        version = meta.version
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
+    if wheel is not None and not wheel.is_file():
+        raise fail(f"no such file: {wheel}")
+    tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
+    try:  # bad input found from here on leaves no temp dir behind
+        if commit is not None:
+            wheel = _build_commit(s, repo, commit, tmp / "build")
+        version = _wheel_version(wheel)
+    except typer.Exit:
+        if work_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
     opts = pipeline.Options.from_settings(

@@ -129,16 +129,20 @@ def test_previous_report_turns_a_lost_knob_into_a_regression(tmp_path: Path) -> 
 
 
 def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
+    """Each refusal says why, exits 4, and leaves no temp dir behind."""
     junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
     junk.write_bytes(b"not a zip")
-    proc = fe_ci("validate", str(junk), cwd=tmp_path)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = fe_ci("validate", str(junk), cwd=tmp_path, TMPDIR=str(temp))
     assert proc.returncode == 4 and "not a readable wheel" in proc.stderr
-    proc = fe_ci("validate", str(tmp_path / "missing.whl"), cwd=tmp_path)
+    proc = fe_ci("validate", str(tmp_path / "missing.whl"), cwd=tmp_path, TMPDIR=str(temp))
     assert proc.returncode == 4 and "no such file" in proc.stderr
-    proc = fe_ci("validate", str(junk), "--stages", "probe,warp", cwd=tmp_path)
+    proc = fe_ci("validate", str(junk), "--stages", "probe,warp", cwd=tmp_path, TMPDIR=str(temp))
     assert proc.returncode == 4 and "unknown stage 'warp'" in proc.stderr
-    proc = fe_ci("validate", cwd=tmp_path)
+    proc = fe_ci("validate", cwd=tmp_path, TMPDIR=str(temp))
     assert proc.returncode == 4 and "--preinstalled" in proc.stderr
+    assert list(temp.iterdir()) == []
 
 
 def test_the_runners_own_dsl_cache_settings_do_not_reach_the_candidate(tmp_path: Path) -> None:
