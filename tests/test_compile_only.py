@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from runner import candidate, compile_cache, pipeline
-from runner.inside import compileonly, determinism, documents
-from runner.inside.determinism import Arm
+from runner.inside import arms, compileonly, determinism, documents
+from runner.inside.arms import Arm
 from runner.wire import Stage, StageResult
 from testkit.service import Service
 from tests.helpers import register, report, stage_body, submit_wheel
@@ -164,13 +164,13 @@ def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: 
 
 def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[torch.Tensor] = []
-    real = determinism.digest
+    real = arms.digest
 
     def counting(t: torch.Tensor) -> str:
         hashed.append(t)
         return real(t)
 
-    monkeypatch.setattr(determinism, "digest", counting)
+    monkeypatch.setattr(arms, "digest", counting)
     arm = Arm("deterministic", knob=True)
     x = torch.arange(6, dtype=torch.float32)
     for _ in range(5):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from runner import candidate
-from runner.inside import determinism, documents, stats
+from runner.inside import arms, determinism, documents, stats
 from runner.inside.determinism import Settings, measure_subject
 from runner.wire import DriftRow, StageResult
 from tests.fakesubjects import FakeSubject, Reduction
@@ -114,7 +114,7 @@ def test_negative_zero_and_positive_zero_are_different_bytes() -> None:
     values = [(w[:, o] * x[o]).sum(dim=1) * 1e-45 for o in orders]
     assert values[0].item() == 0.0 and values[1].item() == 0.0
     assert torch.equal(values[0], values[1])
-    assert determinism.digest(values[0]) != determinism.digest(values[1])
+    assert arms.digest(values[0]) != arms.digest(values[1])
 
     @dataclass
     class SignedZero(Reduction):
