@@ -39,6 +39,7 @@ from runner.inside import bits, compileonly, stats
 from runner.inside.arms import Arm, run_control, run_deterministic
 from runner.inside.comparable import pick_start_configs
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
+from runner.inside.numerics import check_numerics
 from runner.inside.registry import SUBJECTS, family_of
 from runner.inside.subjects.base import (
     COMPILE_ARCH,
@@ -221,43 +222,6 @@ def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
     return status, detail
 
 
-def _numerics(subject: str, workload: Workload, det: Arm, config: Config) -> list[CheckDoc]:
-    ref = workload.reference()
-    checks: list[CheckDoc] = []
-    for name, got in det.first.items():
-        tol = workload.tolerances[name]
-        want = ref[name].to(device=got.device, dtype=torch.float32)
-        x = got.to(torch.float32)
-        err = (x - want).abs()
-        bound = tol.atol + tol.rtol * want.abs()
-        finite = bool(torch.isfinite(x).all())
-        ok = finite and bool((err <= bound).all())
-        max_err = (
-            float(err[torch.isfinite(err)].max()) if bool(torch.isfinite(err).any()) else math.nan
-        )
-        worst = float((err / bound).nan_to_num(math.inf).max()) if err.numel() else 0.0
-        checks.append(
-            {
-                "name": f"{subject}.{name}",
-                "status": "pass" if ok else "fail",
-                "detail": (
-                    f"{'within' if ok else 'outside'} |x - ref| <= {tol.atol:g} + "
-                    f"{tol.rtol:g}*|ref| vs a float32 reference: max |err| {max_err:.3g}, "
-                    f"worst err/bound {worst:.3g}" + ("" if finite else "; output not finite")
-                ),
-                "metrics": {
-                    "max_abs_err": max_err,
-                    "worst_ratio": worst,
-                    "ref_max_abs": float(want.abs().max()) if want.numel() else 0.0,
-                    "atol": tol.atol,
-                    "rtol": tol.rtol,
-                    "config": config.describe(),
-                },
-            }
-        )
-    return checks
-
-
 def measure_subject(
     subject: Subject,
     device: torch.device,
@@ -327,7 +291,7 @@ def measure_subject(
         "metrics": metrics,
     }
     t0 = time.perf_counter()
-    numerics = _numerics(subject.name, best.workload, det, best.config)
+    numerics = check_numerics(subject.name, best.workload, det, best.config)
     for c in numerics:
         c["metrics"]["config_name"] = best.config.name
     phases = {
