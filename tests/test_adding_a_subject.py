@@ -72,10 +72,10 @@ def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
     # run: the determinism harness finds the subject's module through the registry
     script = (
         "import json, torch\n"
-        "from runner.inside import determinism\n"
+        "from runner.inside import measure\n"
         "from runner.inside.registry import SUBJECTS\n"
-        "out = determinism.measure_subject(SUBJECTS['toy_sum_bwd'].load(), torch.device('cpu'),"
-        " determinism.Settings())\n"
+        "out = measure.measure_subject(SUBJECTS['toy_sum_bwd'].load(), torch.device('cpu'),"
+        " measure.Settings())\n"
         "print(json.dumps({'check': out.check, 'numerics': out.numerics}, default=str))\n"
     )
     run = subprocess.run(

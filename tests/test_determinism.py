@@ -20,7 +20,7 @@ import torch
 
 from runner import candidate
 from runner.inside import arms, determinism, documents, stats
-from runner.inside.determinism import Settings, measure_subject
+from runner.inside.measure import Settings, measure_subject
 from runner.wire import DriftRow, StageResult
 from tests.fakesubjects import FakeSubject, Reduction
 from tests.fakesubjects import floats as _floats

@@ -15,7 +15,7 @@ import torch
 
 from runner import history
 from runner.inside import bits
-from runner.inside.determinism import Settings, measure_subject
+from runner.inside.measure import Settings, measure_subject
 from runner.wire import (
     BuildReport,
     BuildStatus,

@@ -16,7 +16,7 @@ import httpx
 import torch
 
 from runner import cli, memory
-from runner.inside import determinism
+from runner.inside import determinism, measure
 from runner.inside.comparable import ComparableKey, ConfigKey, normalize_backend
 from runner.wire import BuildReport, JobLease
 from testkit.service import Service
@@ -37,8 +37,8 @@ def _measure(subject: FakeSubject, lease: JobLease, host: dict[str, str]) -> dic
     params = {"remembered": [r.model_dump() for r in lease.start_configs]}
     starts = determinism._start_configs(params, "sm_90", host)
     start = starts.get(subject.name) or {}
-    settings = determinism.Settings(repeats=8, max_repeats=64, luck_target=1e-3)
-    out = determinism.measure_subject(
+    settings = measure.Settings(repeats=8, max_repeats=64, luck_target=1e-3)
+    out = measure.measure_subject(
         subject,
         torch.device("cpu"),
         settings,
@@ -160,8 +160,8 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
 
 def test_a_config_whose_control_never_varied_is_not_remembered() -> None:
     subject = FakeSubject(lambda _n: Reduction(*integers(1024)), names=("ints",))
-    settings = determinism.Settings(repeats=4, max_repeats=8)
-    out = determinism.measure_subject(subject, torch.device("cpu"), settings)
+    settings = measure.Settings(repeats=4, max_repeats=8)
+    out = measure.measure_subject(subject, torch.device("cpu"), settings)
     assert out.check["status"] == "inconclusive"
     report = BuildReport.model_validate(
         {
