@@ -16,7 +16,7 @@ import httpx
 import torch
 
 from runner import cli, memory
-from runner.inside import determinism, measure
+from runner.inside import measure, plan
 from runner.inside.comparable import ComparableKey, ConfigKey, normalize_backend
 from runner.wire import BuildReport, JobLease
 from testkit.service import Service
@@ -35,7 +35,7 @@ def _claim_gpu(runner: httpx.Client) -> JobLease:
 def _measure(subject: FakeSubject, lease: JobLease, host: dict[str, str]) -> dict[str, Any]:
     """What the determinism stage does with a lease: match its host, start there, measure."""
     params = {"remembered": [r.model_dump() for r in lease.start_configs]}
-    starts = determinism._start_configs(params, "sm_90", host)
+    starts = plan.start_configs(params, "sm_90", host)
     start = starts.get(subject.name) or {}
     settings = measure.Settings(repeats=8, max_repeats=64, luck_target=1e-3)
     out = measure.measure_subject(
@@ -105,9 +105,7 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     # another GPU model or backend does not use it: its config was chosen on other kernels
     other = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn_backend": "9.19.0"}
     assert (
-        determinism._start_configs(
-            {"remembered": [lease.start_configs[0].model_dump()]}, "sm_90", other
-        )
+        plan.start_configs({"remembered": [lease.start_configs[0].model_dump()]}, "sm_90", other)
         == {}
     )
     second = subject()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import platform
 import sys
 import time
 from collections.abc import Mapping
@@ -27,30 +26,13 @@ from typing import Any
 
 import torch
 
-from runner.inside import bits, compileonly
-from runner.inside.comparable import pick_start_configs
+from runner.inside import bits, compileonly, plan
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.measure import Outcome, Settings, measure_subject
 from runner.inside.registry import SUBJECTS, family_of
-from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache, knob_present
+from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache
 
 log = logging.getLogger("fe_ci.inside.determinism")
-
-
-def _available(name: str, caps: Mapping[str, Any] | None) -> tuple[bool, str]:
-    """Whether this build has the subject and its knob: the probe's answer, else a local look."""
-    entry = SUBJECTS[name]
-    cap = (caps or {}).get(name)
-    if cap is None:
-        return knob_present(entry.entry_point, entry.knob, entry.probe_method)
-    if not cap.get("importable"):
-        return (
-            False,
-            f"{entry.entry_point} is not importable: {cap.get('error') or 'import failed'}",
-        )
-    if not cap.get("present"):
-        return False, f"this build's {entry.entry_point} has no '{entry.knob}'"
-    return True, ""
 
 
 def _check(name: str, status: str, detail: str) -> CheckDoc:
@@ -65,21 +47,6 @@ def _roll_up(checks: list[CheckDoc], what: str) -> tuple[str, str]:
         if status in statuses:
             return status, summary
     return "not_applicable", summary
-
-
-def _environment(device: torch.device | None) -> dict[str, Any]:
-    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
-    if device is not None:
-        major, minor = torch.cuda.get_device_capability(device)
-        env.update(gpu=torch.cuda.get_device_name(device), arch=f"sm_{major}{minor}")
-    try:
-        import cudnn
-
-        env["cudnn_backend"] = str(cudnn.backend_version_string())
-    except Exception:  # the backend version is informative; its absence is not a failure
-        version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        env["cudnn_backend"] = str(version) if version else None
-    return env
 
 
 def _with_compile_only(
@@ -127,61 +94,6 @@ def _with_compile_only(
         )
 
 
-def _start_configs(
-    params: Mapping[str, Any], family: str | None, environment: Mapping[str, Any]
-) -> dict[str, dict[str, Any]]:
-    """``{subject: {"config", "build_id", ...}}``: where each subject's escalation starts.
-
-    ``remembered`` (from the service's lease or ``--previous``) is matched against this host's GPU
-    model and cuDNN backend; ``start_configs`` (``{subject: config}``) is used as given.
-    """
-    starts = pick_start_configs(
-        params.get("remembered") or [],
-        family=family,
-        gpu=environment.get("gpu"),
-        cudnn_backend=environment.get("cudnn_backend"),
-    )
-    for subject, config in (params.get("start_configs") or {}).items():
-        if isinstance(config, str):
-            starts[subject] = {"subject": subject, "config": config, "build_id": None}
-    return starts
-
-
-def _pin_problem(name: str, pin: str | None) -> str:
-    """Why ``--config`` cannot apply to this subject ("" when it can, or when none was given)."""
-    if pin is None:
-        return ""
-    names = [c.name for c in SUBJECTS[name].load().configs]
-    return "" if pin in names else f"{name} has no config {pin!r}; configs: {', '.join(names)}"
-
-
-def _settings(params: Mapping[str, Any]) -> Settings:
-    return Settings(
-        repeats=max(int(params.get("repeats") or 8), 2),
-        max_repeats=int(params.get("max_repeats") or 64),
-        luck_target=float(params.get("luck_target") or 1e-3),
-        control_share=float(params.get("control_share") or 0.5),
-        negative_control=bool(params.get("negative_control")),
-    )
-
-
-def _status_of(
-    name: str, caps: Any, device: torch.device | None, family: str | None, pin: str | None
-) -> tuple[str, str]:
-    """("", "") when the subject runs here, else the status and reason of its check."""
-    ok, why = _available(name, caps)
-    if not ok:
-        return "not_applicable", why
-    pinned = _pin_problem(name, pin)
-    if pinned:
-        return "error", pinned
-    if device is None:
-        return "skipped", "no CUDA GPU on this host"
-    if family not in SUBJECTS[name].families:
-        return "skipped", f"needs {' or '.join(SUBJECTS[name].families)}"
-    return "", ""
-
-
 def _measure(
     name: str,
     device: torch.device,
@@ -226,7 +138,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     cache = configure_compile_cache(
         params.get("compile_cache_dir"), params.get("compile_cache_key")
     )
-    settings = _settings(params)
+    settings = plan.settings(params)
     names = [n for n in SUBJECTS if n in (params.get("subjects") or SUBJECTS)]
     t0 = time.perf_counter()
     gpu = torch.cuda.is_available()
@@ -239,16 +151,16 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         family = family_of(*torch.cuda.get_device_capability(device))
     caps = params.get("capabilities") or None
     t0 = time.perf_counter()
-    environment = _environment(device)
+    environment = plan.environment(device)
     environment_s = time.perf_counter() - t0
     stage_t: dict[str, Any] = {
         "ready_s": _ready_s(params),
         "cuda_init_s": round(cuda_init_s, 3),
         "environment_s": round(environment_s, 3),
     }
-    starts = _start_configs(params, family, environment)
+    starts = plan.start_configs(params, family, environment)
     pin = params.get("pin_config")
-    status_of = {name: _status_of(name, caps, device, family, pin) for name in names}
+    status_of = {name: plan.status_of(name, caps, device, family, pin) for name in names}
     # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects
     cache_dir = cache.get("dir")
     cache_key = cache.get("key") if cache_dir else None
