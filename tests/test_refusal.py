@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runner.inside import documents, refusal
+from runner.inside import documents, refusal, refusal_rows
 from runner.wire import RefusalRow, Stage, StageResult, Status
 from testkit.registry import candidate_env
 
@@ -256,9 +256,9 @@ def test_a_gate_that_refuses_an_offered_knob_is_a_consumer_gap() -> None:
     glu_never = refusal.TEGate(
         requested=lambda: True, capable={"srelu": lambda: True, "swiglu": lambda: False}
     )
-    row = refusal.Row("swiglu", "env", scale_bias=False, fc1_bias=False, unit_scale=False)
+    row = refusal_rows.Row("swiglu", "env", scale_bias=False, fc1_bias=False, unit_scale=False)
     assert glu_never.decide(row) == "refuse"
-    unit = refusal.Row("swiglu", "env", scale_bias=True, fc1_bias=False, unit_scale=True)
+    unit = refusal_rows.Row("swiglu", "env", scale_bias=True, fc1_bias=False, unit_scale=True)
     assert glu_never.decide(unit) == "default"
     record = {**row.__dict__, "expected": "deterministic", "te": "refuse"}
     same = {**row.__dict__, "fc1_bias": True, "expected": "refuse", "te": "refuse"}

@@ -31,8 +31,6 @@ import contextlib
 import functools
 import importlib
 import importlib.util
-import itertools
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -43,115 +41,21 @@ import torch
 from runner.inside import consumer, registry
 from runner.inside._io import run_stage
 from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
-
-ACTIVATIONS: tuple[str, ...] = tuple(consumer.WRAPPERS)
-SUBJECT_OF: dict[str, str] = {a: w.subject for a, w in consumer.WRAPPERS.items()}
-# request -> (value of the variable, or None for unset; torch deterministic flag)
-REQUESTS: dict[str, tuple[str | None, bool]] = {
-    "none": (None, False),
-    "env": ("0", False),
-    "torch_flag": (None, True),
-    "both": ("0", True),
-    "env_allow+torch_flag": ("1", True),
-}
+from runner.inside.refusal_rows import (
+    ACTIVATIONS,
+    SUBJECT_OF,
+    Row,
+    all_rows,
+    expected_outcome,
+    request_state,
+    restore,
+    torch_state,
+)
 
 # On an sm_100 GPU, runs a ``deterministic`` row's step for real under the row's request and
 # returns {"status": "pass" | "fail" | "inconclusive", "detail": str}. Supplied by the
 # determinism harness; None decides those rows by interception alone.
 DeterminismHarness = Callable[[consumer.StepConfig], Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class Row:
-    activation: str
-    request: str
-    scale_bias: bool
-    fc1_bias: bool
-    unit_scale: bool
-
-    @property
-    def requested(self) -> bool:
-        env, flag = REQUESTS[self.request]
-        return env == "0" or flag
-
-    @property
-    def step(self) -> consumer.StepConfig:
-        return consumer.StepConfig(
-            activation=self.activation,
-            fc1_bias=self.fc1_bias,
-            scale_bias=self.scale_bias,
-            unit_scale=self.unit_scale,
-        )
-
-    @classmethod
-    def of(cls, record: Mapping[str, Any]) -> Row:
-        return cls(*(record[k] for k in cls.__dataclass_fields__))
-
-    def describe(self) -> str:
-        shown = ", ".join(
-            f"{k}={'on' if getattr(self, k) else 'off'}"
-            for k in ("scale_bias", "fc1_bias", "unit_scale")
-        )
-        return f"{self.activation}, request={self.request}, {shown}"
-
-
-def all_rows(activations: tuple[str, ...] = ACTIVATIONS) -> list[Row]:
-    flags = (False, True)
-    return [
-        Row(a, r, sb, fb, us)
-        for a, r, sb, fb, us in itertools.product(activations, REQUESTS, flags, flags, flags)
-    ]
-
-
-def expected_outcome(row: Row, support: consumer.KnobSupport) -> str:
-    """The contract, stated on its own: what a correct consumer does with this row on this build."""
-    if not row.requested or row.unit_scale:
-        return "default"
-    if not support.present:
-        return "refuse"
-    if row.fc1_bias and support.covers_dbias != "covered":
-        return "refuse"
-    if row.scale_bias:
-        return "refuse"
-    return "deterministic"
-
-
-# ---------------------------------------------------------------- process state of one row
-
-
-def _torch_state() -> dict[str, Any]:
-    return {
-        "env": os.environ.get(consumer.ENV_VAR),
-        "torch_deterministic": torch.are_deterministic_algorithms_enabled(),
-        "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-    }
-
-
-def _restore(state: Mapping[str, Any]) -> None:
-    if state["env"] is None:
-        os.environ.pop(consumer.ENV_VAR, None)
-    else:
-        os.environ[consumer.ENV_VAR] = state["env"]
-    torch.use_deterministic_algorithms(state["torch_deterministic"], warn_only=state["warn_only"])
-
-
-@contextlib.contextmanager
-def request_state(request: str) -> Iterator[dict[str, Any]]:
-    """Set the variable and the torch flag (warn_only, so torch's own checks cannot raise first)."""
-    env, flag = REQUESTS[request]
-    saved = _torch_state()
-    try:
-        if env is None:
-            os.environ.pop(consumer.ENV_VAR, None)
-        else:
-            os.environ[consumer.ENV_VAR] = env
-        if flag:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        else:
-            torch.use_deterministic_algorithms(False)
-        yield _torch_state()
-    finally:
-        _restore(saved)
 
 
 # ---------------------------------------------------------------- interception of the wrapper
@@ -375,7 +279,7 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
                 }
             )
     te_gate, te_reason = load_te_gate()
-    baseline = _torch_state()
+    baseline = torch_state()
     rows: list[RefusalRowDoc] = []
     leaks: list[str] = []
     for row in all_rows(runnable):
@@ -406,9 +310,9 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
         if te_gate is not None:
             record["te"] = te_decision(te_gate, row)
         rows.append(record)
-        if _torch_state() != baseline:
+        if torch_state() != baseline:
             leaks.append(row.describe())
-            _restore(baseline)
+            restore(baseline)
 
     for a in runnable:
         checks.append(_activation_check(a, [r for r in rows if r["activation"] == a]))
