@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runner.inside import documents, refusal, refusal_rows
+from runner.inside import documents, refusal_rows, te_gate
 from runner.wire import RefusalRow, Stage, StageResult, Status
 from testkit.registry import candidate_env
 
@@ -253,7 +253,7 @@ def test_without_transformer_engine_there_is_no_gate_and_no_gap() -> None:
 
 def test_a_gate_that_refuses_an_offered_knob_is_a_consumer_gap() -> None:
     """TE's gate composition and the gap report, on the predicates TE exposes (TE is not here)."""
-    glu_never = refusal.TEGate(
+    glu_never = te_gate.TEGate(
         requested=lambda: True, capable={"srelu": lambda: True, "swiglu": lambda: False}
     )
     row = refusal_rows.Row("swiglu", "env", scale_bias=False, fc1_bias=False, unit_scale=False)
@@ -262,7 +262,7 @@ def test_a_gate_that_refuses_an_offered_knob_is_a_consumer_gap() -> None:
     assert glu_never.decide(unit) == "default"
     record = {**row.__dict__, "expected": "deterministic", "te": "refuse"}
     same = {**row.__dict__, "fc1_bias": True, "expected": "refuse", "te": "refuse"}
-    (gap,) = refusal.consumer_gaps([record, same])
+    (gap,) = te_gate.consumer_gaps([record, same])
     assert (gap["kind"], gap["severity"], gap["subject"]) == (
         "consumer_gap",
         "warning",

@@ -6,13 +6,13 @@ The probe's capabilities the runner passes along are not used: the suite feature
 wrappers itself, as the contract asks of every consumer.
 
 Rows: activation x request x scale bias x FC1 bias x unit scale (80). ``expected`` comes from the
-contract and what this build's wrappers offer; ``observed`` from running the consumer, with the
-wrapper's call intercepted (the grouped-GEMM kernels need an sm_100 GPU), so the decision and the
-exact keyword arguments are seen. The torch flag is set with ``warn_only=True`` and, with the
-environment variable, restored after every row.
+contract and what this build's wrappers offer (``refusal_rows``); ``observed`` from running the
+consumer, with the wrapper's call intercepted (``interception``: the grouped-GEMM kernels need an
+sm_100 GPU), so the decision and the exact keyword arguments are seen. The torch flag is set with
+``warn_only=True`` and, with the environment variable, restored after every row.
 
-Where TransformerEngine is importable, its grouped-MLP gate is asked the same rows and each row
-where it departs from the contract becomes a ``consumer_gap`` finding.
+Where TransformerEngine is importable, its grouped-MLP gate (``te_gate``) is asked the same rows
+and each row where it departs from the contract becomes a ``consumer_gap`` finding.
 
 On an sm_100 GPU the ``deterministic`` rows belong to the determinism harness: ``run`` takes it as
 its ``determinism`` argument. The module's entry point passes none, and on an sm_100 job says so in
@@ -27,14 +27,12 @@ TransformerEngine was asked); and ``knobs``: per subject what the consumer detec
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from runner.inside import consumer, registry
+from runner.inside import consumer
 from runner.inside._io import run_stage
 from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
 from runner.inside.interception import observe
@@ -48,93 +46,12 @@ from runner.inside.refusal_rows import (
     restore,
     torch_state,
 )
+from runner.inside.te_gate import consumer_gaps, load_te_gate, te_decision
 
 # On an sm_100 GPU, runs a ``deterministic`` row's step for real under the row's request and
 # returns {"status": "pass" | "fail" | "inconclusive", "detail": str}. Supplied by the
 # determinism harness; None decides those rows by interception alone.
 DeterminismHarness = Callable[[consumer.StepConfig], Mapping[str, Any]]
-
-
-# ---------------------------------------------------------------- TransformerEngine's gate
-
-
-@dataclass(frozen=True)
-class TEGate:
-    """TransformerEngine's own predicates, composed the way its fused grouped MLP's backward is.
-
-    The request is TE's reader of the two knobs; the capability is each activation class's
-    feature detection. TE refuses a requested, non-unit-scale step whose kernel has no
-    deterministic mode or that carries a scale bias, and passes the knob otherwise.
-    """
-
-    requested: Callable[[], Any]
-    capable: Mapping[str, Callable[[], Any]]
-
-    def decide(self, row: Row) -> str:
-        if row.unit_scale or not self.requested():
-            return "default"
-        if row.scale_bias or not self.capable[row.activation]():
-            return "refuse"
-        return "deterministic"
-
-
-_TE_MODULE = "transformer_engine.pytorch.ops.fused.grouped_mlp"
-_TE_CLASSES = {a: s.consumer_class for a, s in registry.consumer_subjects().items()}
-
-
-def load_te_gate() -> tuple[TEGate | None, str]:
-    """TE's gate where TransformerEngine imports here, else None and why not."""
-    if importlib.util.find_spec("transformer_engine") is None:
-        return None, "TransformerEngine is not installed in this environment"
-    try:
-        module = importlib.import_module(_TE_MODULE)
-    except Exception as exc:  # TE's extension may be missing or built for another torch
-        return None, f"{_TE_MODULE} does not import: {type(exc).__name__}: {exc}"
-    requested = getattr(module, "_deterministic_algorithms_required", None)
-    capable = {}
-    for activation, cls_name in _TE_CLASSES.items():
-        cls = getattr(module, cls_name, None)
-        probe = getattr(cls, "grouped_gemm_dactivation_is_deterministic", None)
-        if probe is None:
-            return None, f"{_TE_MODULE}.{cls_name} has no determinism gate"
-        capable[activation] = probe
-    if requested is None:
-        return None, f"{_TE_MODULE} has no _deterministic_algorithms_required"
-    return TEGate(requested=requested, capable=capable), "TransformerEngine gate loaded"
-
-
-def te_decision(gate: TEGate, row: Row) -> str:
-    try:
-        with request_state(row.request):
-            return gate.decide(row)
-    except Exception as exc:
-        return f"error: {type(exc).__name__}: {exc}"
-
-
-def consumer_gaps(rows: list[RefusalRowDoc]) -> list[FindingDoc]:
-    """One ``consumer_gap`` warning per row where TE's decision departs from the contract's."""
-    findings: list[FindingDoc] = []
-    for r in rows:
-        te = r.get("te")
-        if te is None or te == r["expected"]:
-            continue
-        row = Row.of(r)
-        if r["expected"] == "deterministic":
-            what = "this build offers the knob but TransformerEngine's gate"
-        else:
-            what = f"the contract says {r['expected']!r} but TransformerEngine's gate"
-        findings.append(
-            {
-                "kind": "consumer_gap",
-                "severity": "warning",
-                "subject": SUBJECT_OF[row.activation],
-                "message": f"{row.describe()}: {what} decides {te!r}",
-            }
-        )
-    return findings
-
-
-# ---------------------------------------------------------------- the stage
 
 
 def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -> RefusalDoc:
