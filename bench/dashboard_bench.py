@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/dashboard_bench.py [--builds 10000] [--requests 200]
 
-Seeds ``--builds`` builds cycling through every state of testkit/dashboard_data.py (each finished
-build with its jobs, stages, checks, capabilities, drift rows and 80 refusal rows), starts the
-service on 127.0.0.1, and times sequential GETs over one keep-alive connection after a warm-up.
+Seeds ``--builds`` builds cycling through every state of testkit/dashboard_data/scenarios.py (each
+finished build with its jobs, stages, checks, capabilities, drift rows and 80 refusal rows), starts
+the service on 127.0.0.1, and times sequential GETs over one keep-alive connection after a warm-up.
 Prints a Markdown table: round-trip median, p95 and max in milliseconds as the client sees them,
 and the handler's own time (queries and rendering, from the ``Server-Timing`` header).
 """

@@ -1,9 +1,9 @@
 """The dashboard in a real headless Chromium against a real service (uvicorn on 127.0.0.1).
 
-The seeded database holds builds in every state (testkit/dashboard_data.py; the GPU results there,
-an sm_100 job among them, stand in for runners this machine cannot have). The live test drives a
-build through the real runner protocol. With ``FE_CI_SCREENSHOTS=1`` the tests also retake the
-four screenshots in docs/screenshots/; otherwise they write nothing into the tree.
+The seeded database holds builds in every state (testkit/dashboard_data/scenarios.py; the GPU
+results there, an sm_100 job among them, stand in for runners this machine cannot have). The live
+test drives a build through the real runner protocol. With ``FE_CI_SCREENSHOTS=1`` the tests also
+retake the four screenshots in docs/screenshots/; otherwise they write nothing into the tree.
 """
 
 from __future__ import annotations
