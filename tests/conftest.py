@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, free_port, service_env
-from tests.helpers import CHROMIUM, chromium
+from tests.helpers import CHROMIUM, UploadServer, chromium
 
 base_env = service_env
 StartService = Callable[..., Service]
@@ -68,3 +68,18 @@ def browser() -> Iterator[Any]:
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)")
     with chromium() as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def upload_server_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UploadServer]:
+    """One upload app (``tests.helpers.make_upload_app``) under uvicorn per test module."""
+    with UploadServer(tmp_path_factory.mktemp("uploads") / "data") as srv:
+        yield srv
+
+
+@pytest.fixture
+def upload_server(upload_server_running: UploadServer) -> UploadServer:
+    """The module's upload app, its data dir emptied first: a test sees only its own files."""
+    shutil.rmtree(upload_server_running.data_dir, ignore_errors=True)
+    upload_server_running.data_dir.mkdir(parents=True)
+    return upload_server_running

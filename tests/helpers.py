@@ -1,5 +1,6 @@
 """What several test modules do against a running service: register a runner, submit a wheel,
-read a report, post a stage, deliver a signed GitHub push, wait for a build, open a browser.
+read a report, post a stage, deliver a signed GitHub push, wait for a build, open a browser; and
+the upload app the tests/test_uploads_*.py modules post wheels to.
 
 Test modules import these from here, never from one another. The service, the wheels and the
 free port they use are ``testkit``'s (shared with the benchmarks); the fixtures are in conftest.
@@ -11,15 +12,23 @@ import hashlib
 import hmac
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
+from service import uploads, wheelcheck
+from service.errors import ApiError
+from testkit import wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service
 
@@ -153,3 +162,111 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------- wheel uploads
+# An app that calls ``uploads.receive_wheel`` and answers the one JSON error shape, served by a
+# real uvicorn on 127.0.0.1 (the fixture ``upload_server`` is in conftest), and what the
+# tests/test_uploads_*.py modules post to it and assert about its answers.
+
+WHEEL_NAME = wheels.wheel_name("1.32.0")
+DIST_INFO = wheels.dist_info("1.32.0")
+METADATA = wheels.metadata("1.32.0")
+MiB = 1024 * 1024
+
+
+def make_upload_app(data_dir: Path) -> FastAPI:
+    app = FastAPI()
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        # Without "Connection: close" uvicorn would keep the connection alive and drain (read and
+        # drop) the rest of a refused body; closing it is what makes the refusal stop the client.
+        headers = {"Connection": "close"}
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+    @app.post("/upload")
+    async def upload(
+        request: Request,
+        max_bytes: int = 64 * MiB,
+        max_unpacked: int = wheelcheck.MAX_UNPACKED_BYTES,
+    ) -> dict[str, Any]:
+        stored = await uploads.receive_wheel(
+            request, data_dir=data_dir, max_bytes=max_bytes, max_unpacked_bytes=max_unpacked
+        )
+        return {**asdict(stored), "path": str(stored.path)}
+
+    return app
+
+
+class UploadServer:
+    """``make_upload_app`` under uvicorn in a thread, on a free port of 127.0.0.1."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        config = uvicorn.Config(
+            make_upload_app(data_dir), host="127.0.0.1", port=0, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> UploadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        sock = self.server.servers[0].sockets[0]
+        self.port = int(sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}/upload"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def files_left(data_dir: Path) -> list[Path]:
+    return sorted(p for p in data_dir.rglob("*") if not p.is_dir())
+
+
+def wheel_with(
+    extra: dict[str, bytes] | None = None,
+    *,
+    metadata: bytes | None = METADATA,
+    wheel: bytes | None = wheels.WHEEL_FILE,
+    dist_info: str = DIST_INFO,
+) -> bytes:
+    """A 1.32.0 frontend wheel's bytes, with METADATA or WHEEL left out (``None``) or changed."""
+    members: dict[str, bytes] = {"cudnn/__init__.py": b"__version__ = '1.32.0'\n"}
+    if metadata is not None:
+        members[f"{dist_info}/METADATA"] = metadata
+    if wheel is not None:
+        members[f"{dist_info}/WHEEL"] = wheel
+    members.update(extra or {})
+    # a RECORD of the members, as a wheel builder writes it (none without a .dist-info at all)
+    listed = metadata is not None or wheel is not None
+    return wheels.wheel_bytes(members, record=dist_info if listed else None)
+
+
+def post(
+    server: UploadServer, content: bytes, filename: str = WHEEL_NAME, **params: int
+) -> httpx.Response:
+    files = {"wheel": (filename, content, "application/octet-stream")}
+    return httpx.post(server.url, files=files, params=params, timeout=60)
+
+
+def assert_refused(
+    server: UploadServer, resp: httpx.Response, status: int, code: str, check: str | None = None
+) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"code", "message", "detail"}
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"]
+    if check is not None:
+        assert error["detail"]["check"] == check, error
+    assert files_left(server.data_dir) == []
+    return dict(error)
