@@ -13,15 +13,21 @@ import pytest
 from testkit.service import ROOT
 
 
-def imported(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth, as written (absolute names)."""
+def imported(path: Path, package: tuple[str, ...] | None = None) -> set[str]:
+    """Every module ``path`` imports, at any depth, as absolute names: a relative import
+    (``from . import test_x``) is resolved against ``package``, by default the folders from the
+    checkout's root to ``path``."""
+    if package is None:
+        package = path.parent.relative_to(ROOT).parts if path.is_relative_to(ROOT) else ()
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -39,7 +45,7 @@ def test_no_test_module_imports_another() -> None:
         str(path.relative_to(ROOT)): sorted(
             n for n in imported(path) if any(p.startswith("test_") for p in n.split("."))
         )
-        for path in sorted((ROOT / "tests").glob("*.py"))
+        for path in sorted((ROOT / "tests").rglob("*.py"))
     }
     assert {k: v for k, v in found.items() if v} == {}
 
@@ -62,3 +68,18 @@ def test_the_check_sees_an_import_written_inside_a_function(tmp_path: Path) -> N
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from tests.test_protocol import stage\n    import bench.load\n")
     assert {"tests.test_protocol", "bench.load"} <= imported(src)
+
+
+@pytest.mark.parametrize(
+    ("source", "seen"),
+    [
+        ("from . import test_protocol\n", "tests.test_protocol"),
+        ("from .test_protocol import stage\n", "tests.test_protocol"),
+        ("from ..bench import load\n", "bench.load"),
+    ],
+)
+def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str) -> None:
+    """tests/ is a package, so a test module could reach another one relatively."""
+    src = tmp_path / "m.py"
+    src.write_text(source)
+    assert seen in imported(src, package=("tests",))
