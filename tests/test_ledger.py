@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 
 from runner import ledger
-from runner.inside.registry import FEATURES, LEDGER_PATH, SUBJECTS
+from runner.inside.registry import FEATURES, LEDGER_PATH, Feature
 from runner.wire import Severity
 
 DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
@@ -92,39 +92,54 @@ def _release_before(version: str) -> str:
     return f"{major}.{minor}.{micro - 1}" if micro else f"{major}.{minor - 1}.0"
 
 
-@pytest.mark.parametrize("feature", ledger.load_ledger(), ids=lambda f: f.id)
-def test_each_ledger_entry_draws_the_line_at_its_release(feature: ledger.LedgerFeature) -> None:
-    """Every entry, whatever its release, turns into findings on both sides of that release."""
-    before = _release_before(feature.since)
+@pytest.mark.parametrize("feature", FEATURES, ids=lambda f: f.id)
+def test_every_feature_the_probe_detects_is_judged_at_its_release(feature: Feature) -> None:
+    """Each feature of the registry (what the probe detects on a build) turns into findings on
+    both sides of the release the ledger documents it from, in the registry's words; a feature
+    with no release history would never be judged, and this fails for it."""
+    history = {f.id: f for f in ledger.load_ledger()}
+    assert feature.id in history, f"{feature.id} has no release history in {LEDGER_PATH.name}"
+    entry = history[feature.id]
+    assert entry.source and entry.evidence  # where the release comes from, and what was seen
+    since, before = entry.since, _release_before(entry.since)
 
-    def found(version: str, has: bool) -> list[tuple[str, str]]:
+    def found(version: str, has: bool) -> list[tuple[str, str, str]]:
         return [
-            (f.kind, f.subject)
+            (f.kind, f.subject, f.message)
             for f in ledger.ledger_findings(version, {feature.id: has})
-            if f"documented from {feature.since}" in f.message
         ]
 
     # the release that documents it, without it: a consumer's version gate would break
-    assert found(feature.since, False) == [("version_feature_mismatch", feature.subject)]
+    assert found(since, False) == [
+        (
+            "version_feature_mismatch",
+            feature.subject,
+            f"reports {since} but {feature.lacks} (documented from {since}): "
+            f"{feature.mismatch_effect or ledger.MISMATCH_EFFECT}",
+        )
+    ]
     # the release before, already with it: the knob predates the version
-    assert found(before, True) == [("feature_predates_version", feature.subject)]
+    assert found(before, True) == [
+        (
+            "feature_predates_version",
+            feature.subject,
+            f"reports {before} but {feature.has} (documented from {since}): "
+            f"{feature.predates_effect or ledger.PREDATES_EFFECT}",
+        )
+    ]
     # each side of the line as documented: nothing to say
-    assert found(feature.since, True) == found(before, False) == []
-    assert feature.source and feature.evidence and feature.entry_points
+    assert found(since, True) == found(before, False) == []
+    # a later release that lacked it again still claims it: a version gate would call it there
+    for release in entry.missing_in:
+        assert [kind for kind, _, _ in found(release, False)] == ["version_feature_mismatch"]
 
 
-def test_every_registry_feature_has_its_release_history_and_nothing_else() -> None:
-    """The registry says what a feature is, the ledger only when it shipped: one each."""
-    ids = [f.id for f in ledger.load_ledger()]
-    assert sorted(ids) == sorted(f.id for f in FEATURES)
-    assert {s.feature for s in SUBJECTS.values()} <= set(ids)
-    for f in ledger.load_ledger():
-        subject = SUBJECTS.get(f.subject)
-        if subject is not None and f.detect.get("parameter") == subject.knob:
-            assert f.entry_points == subject.entry_points
+def test_the_ledger_file_keeps_only_release_history() -> None:
+    """What a feature is lives in the registry; an entry of the ledger file that described it
+    again would override the registry's words in every finding (one fact, one place)."""
     raw = json.loads(LEDGER_PATH.read_text())["features"]
     described = {"subject", "entry_points", "detect", "has", "lacks"}
-    assert not any(described & set(entry) for entry in raw)
+    assert [sorted(described & set(entry)) for entry in raw] == [[] for _ in raw]
 
 
 def test_history_for_an_undeclared_feature_is_refused(tmp_path: Path) -> None:
