@@ -1,7 +1,8 @@
-"""Shared fixtures: a real service (``fe-ci serve`` under uvicorn on 127.0.0.1) in a temp dir.
+"""Shared fixtures: a real service (``fe-ci serve`` under uvicorn on 127.0.0.1) in a temp dir, a
+runner cache, a browser, the upload app.
 
 The service, its environment and the free port are ``testkit.service``'s (the benchmarks start
-the same one); the names below stay importable from here for the tests that use them.
+the same one): tests import them from there, and helpers from tests/helpers.py, never from here.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from typing import Any
 
 import pytest
 
-from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, free_port, service_env
+from testkit.service import Service, service_env
 from tests.helpers import CHROMIUM, UploadServer, chromium
 
-base_env = service_env
 StartService = Callable[..., Service]
-
-__all__ = ["REGISTER", "ROOT", "SUBMIT", "WEBHOOK", "Service", "base_env", "free_port"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, base_env
+from testkit.service import ROOT, service_env
 
 TOY = Path(__file__).with_name("toy_subject")
 
@@ -40,7 +40,7 @@ def extension() -> Iterator[Path]:
 def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
     tmp_path: Path, extension: Path, make_service: object
 ) -> None:
-    env = base_env(tmp_path / "data", FE_CI_EXTRA_SUBJECTS=str(extension))
+    env = service_env(tmp_path / "data", FE_CI_EXTRA_SUBJECTS=str(extension))
 
     # probed: fe-ci validate, on the interpreter that has the "build" (the toy entry point)
     out = tmp_path / "report.json"

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.service import ROOT, SUBMIT, Service
 from tests import frontend_repo as fr
-from tests.conftest import ROOT, SUBMIT, Service
 from tests.github_recorder import GitHubRecorder
 from tests.helpers import CHROMIUM, chromium, push, send
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runner.cli import EXIT_BAD_INPUT
+from testkit.service import ROOT, service_env
 from tests import frontend_repo as fr
-from tests.conftest import ROOT, base_env
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def test_bisect_names_the_commit_that_dropped_the_knob_and_its_repro_runs(
 ) -> None:
     repo = tmp_path / "frontend"
     shas = fr.history(repo)
-    env = base_env(tmp_path / "data", FE_CI_CACHE_DIR=cache_dir)
+    env = service_env(tmp_path / "data", FE_CI_CACHE_DIR=cache_dir)
     out = fe_ci(["bisect", shas[0], "HEAD", "--repo", str(repo), "--stages", "probe"], env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"the first bad commit is {shas[5]}" in out.stdout
@@ -54,7 +54,7 @@ def test_bisect_refuses_what_is_not_a_transition(tmp_path: Path) -> None:
     fr.init(repo)
     first = fr.commit(repo, 1, knob=True)
     fr.commit(repo, 2, knob=True)
-    env = base_env(tmp_path / "data")
+    env = service_env(tmp_path / "data")
     backwards = fe_ci(["bisect", "HEAD", first, "--repo", str(repo)], env)
     assert backwards.returncode == EXIT_BAD_INPUT and "does not descend" in backwards.stderr
     same = fe_ci(["bisect", first, "HEAD", "--repo", str(repo), "--stages", "probe"], env)

@@ -11,7 +11,7 @@ import pytest
 
 from service.db import make_engine
 from testkit.dashboard_data import seed_all
-from tests.conftest import Service, base_env
+from testkit.service import Service, service_env
 
 FILTERS = [
     {},
@@ -25,7 +25,7 @@ FILTERS = [
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     data: Path = tmp_path_factory.mktemp("list") / "data"
-    svc = Service(data_dir=data, env=base_env(data)).start()
+    svc = Service(data_dir=data, env=service_env(data)).start()
     engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
     try:
         seed_all(engine, history=2)

@@ -1,6 +1,7 @@
 """Who may import whom, read from the source with ``ast``: a test module never imports another
-test module (shared helpers are in tests/helpers.py and testkit/), the benchmarks and the tests
-never import each other (what both need is in testkit/), and the product never imports testkit.
+test module or conftest (shared helpers are in tests/helpers.py and testkit/), the benchmarks and
+the tests never import each other (what both need is in testkit/), and the product never imports
+testkit.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def offenders(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def test_no_test_module_imports_another() -> None:
+    """Nor conftest: pytest loads it itself, and what tests share is in tests/helpers.py."""
     found = {
         str(path.relative_to(ROOT)): sorted(
-            n for n in imported(path) if any(p.startswith("test_") for p in n.split("."))
+            n
+            for n in imported(path)
+            if any(p.startswith("test_") or p == "conftest" for p in n.split("."))
         )
         for path in sorted((ROOT / "tests").rglob("*.py"))
     }
