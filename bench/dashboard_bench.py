@@ -1,6 +1,11 @@
 """Dashboard latency with many builds: a real ``fe-ci serve`` over a seeded SQLite database.
 
-    .venv/bin/python bench/dashboard_bench.py [--builds 10000] [--requests 200]
+    .venv/bin/python bench/dashboard_bench.py [--builds 10000] [--requests 200] [--data DIR]
+
+``--data DIR`` keeps the seeded database in ``DIR/seed`` and reuses it on the next run (seeding
+100,000 builds takes minutes); each run serves a fresh copy of it in ``DIR/run``, so what the
+service changes (the sweeper, a migration) never leaks into the next run. Seeded leases and GPU
+waits run from the time of seeding (a day), so reuse a seed within the day it was made.
 
 Seeds ``--builds`` builds cycling through every state of testkit/dashboard_data/scenarios.py (each
 finished build with its jobs, stages, checks, capabilities, drift rows and 80 refusal rows), starts
@@ -12,6 +17,7 @@ and the handler's own time (queries and rendering, from the ``Server-Timing`` he
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -67,13 +73,24 @@ def measure(client: httpx.Client, path: str, n: int) -> str:
     )
 
 
-def seed_database(data: Path, builds: int) -> dict[str, int]:
+def seed_database(data: Path, builds: int, *, reuse: bool = False) -> dict[str, int]:
     """A migrated SQLite database in ``data`` with ``builds`` builds; prints what it made.
 
+    With ``reuse``, a database already in ``data`` that holds ``builds`` builds is kept as it is.
     Returns the ids the benchmarks address: ``oldest``, ``newest_pass``, ``newest_fail``.
     """
     data.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite:///{data / 'fe-ci.sqlite3'}"
+    path = data / "fe-ci.sqlite3"
+    url = f"sqlite:///{path}"
+    if reuse and path.exists():
+        engine = make_engine(url)
+        with engine.connect() as conn:
+            total = conn.scalar(select(func.count(Build.id)))
+        engine.dispose()
+        if total != builds:
+            raise SystemExit(f"{path} holds {total} builds, not {builds}: use another --data")
+        print(f"reused {total} seeded builds in {path}")
+        return _bench_ids(url)
     migrate(url)
     engine = make_engine(url)
     t0 = time.perf_counter()
@@ -81,25 +98,49 @@ def seed_database(data: Path, builds: int) -> dict[str, int]:
     seeded_s = time.perf_counter() - t0
     with engine.connect() as conn:
         total = conn.scalar(select(func.count(Build.id)))
+    engine.dispose()
+    size_mb = path.stat().st_size / 1e6
+    print(f"seeded {total} builds in {seeded_s:.1f} s ({size_mb:.0f} MB of SQLite)")
+    return _bench_ids(url)
+
+
+def _bench_ids(url: str) -> dict[str, int]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
         ids = {
             "newest_pass": conn.scalar(select(func.max(Build.id)).where(Build.verdict == "pass")),
             "newest_fail": conn.scalar(select(func.max(Build.id)).where(Build.verdict == "fail")),
             "oldest": conn.scalar(select(func.min(Build.id))),
         }
     engine.dispose()
-    size_mb = (data / "fe-ci.sqlite3").stat().st_size / 1e6
-    print(f"seeded {total} builds in {seeded_s:.1f} s ({size_mb:.0f} MB of SQLite)")
     return {k: int(v) for k, v in ids.items()}
+
+
+def _serve_copy(seed: Path, run: Path) -> None:
+    """A fresh copy of the seeded database (WAL checkpointed into the file) for one run."""
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    shutil.copy2(seed / "fe-ci.sqlite3", run / "fe-ci.sqlite3")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="keep the seeded database here and reuse it next time (default: a temp dir)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fe-ci-bench-") as tmp:
-        data = Path(tmp) / "data"
-        ids = seed_database(data, args.builds)
+        if args.data is None:
+            data = Path(tmp) / "data"
+            ids = seed_database(data, args.builds)
+        else:
+            ids = seed_database(args.data / "seed", args.builds, reuse=True)
+            data = args.data / "run"
+            _serve_copy(args.data / "seed", data)
         oldest, newest_pass, newest_fail = ids["oldest"], ids["newest_pass"], ids["newest_fail"]
         svc = start_service(data)
         try:

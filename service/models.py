@@ -97,7 +97,10 @@ class Build(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state_kind", "state", "kind"),)
+    __table_args__ = (
+        Index("ix_jobs_state_kind", "state", "kind"),  # the queue's claim
+        Index("ix_jobs_state_runner_id", "state", "runner_id"),  # each runner's leased jobs
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     build_id: Mapped[int] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
@@ -190,9 +193,11 @@ class CapabilityRow(_PerJob, Base):
 
 class DriftRowDB(_PerJob, Base):
     __tablename__ = "drift"
+    # the trends page: one subject's control arm over the newest builds
+    __table_args__ = (Index("ix_drift_subject_arm_build_id", "subject", "arm", "build_id"),)
 
     family: Mapped[str | None] = mapped_column(String(16))
-    subject: Mapped[str] = mapped_column(String(64), index=True)
+    subject: Mapped[str] = mapped_column(String(64))
     output: Mapped[str] = mapped_column(String(32))
     arm: Mapped[str] = mapped_column(String(16))
     runs: Mapped[int] = mapped_column(Integer)

@@ -3,6 +3,7 @@ verdict, and stage durations, as server-rendered SVG (no JavaScript needed)."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -16,7 +17,7 @@ from runner.inside.registry import FAMILIES, SUBJECTS
 from runner.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
 from service.models import Build, CheckRow, DeterminismRecord, DriftRowDB, Job, StageRow
-from service.web.templating import templates
+from service.web.templating import templates, timed
 
 router = APIRouter(include_in_schema=False)
 
@@ -258,6 +259,7 @@ def read_trends(
     builds: Annotated[int, Query(ge=2, le=200)] = 40,
 ) -> HTMLResponse:
     """Drift and durations across the newest builds, per subject."""
+    started = time.perf_counter()
     ids = recent_builds(session, builds)
     charts = defaultdict(list)
     if ids:
@@ -267,7 +269,7 @@ def read_trends(
                 deterministic_chart(session, name, ids),
                 cost_chart(session, name, ids),
             ]
-    return templates.TemplateResponse(
+    response = templates.TemplateResponse(
         request,
         "trends.html",
         {
@@ -281,3 +283,4 @@ def read_trends(
             "dims": {"l": PAD_L, "r": PAD_R, "t": PAD_T, "b": PAD_B},
         },
     )
+    return timed(response, started)

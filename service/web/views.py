@@ -28,7 +28,7 @@ from service.report import build_report
 from service.web import bisections, live, runners, trends
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs
-from service.web.templating import HERE, templates
+from service.web.templating import HERE, templates, timed
 
 router = APIRouter(include_in_schema=False)
 router.include_router(live.router)
@@ -87,7 +87,7 @@ def read_grid(
             "now": now,
         },
     )
-    return _timed(response, started)
+    return timed(response, started)
 
 
 REFUSAL_COLUMNS = list(product((False, True), repeat=3))  # scale bias, FC1 bias, unit scale
@@ -153,13 +153,7 @@ def read_build_page(
             "bisection": of_build(session, build),
         },
     )
-    return _timed(response, started)
-
-
-def _timed(response: HTMLResponse, started: float) -> HTMLResponse:
-    """Queries and rendering time in a ``Server-Timing`` header (the benchmark reads it)."""
-    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
-    return response
+    return timed(response, started)
 
 
 @router.get("/builds/{build_id}/junit.xml")
