@@ -24,8 +24,10 @@ from service.config import Settings
 from service.db import make_engine
 from service.models import Job, Runner, utcnow
 from service.web import runners, trends
-from testkit.dashboard_data import Ctx, Seeder, scenario_running, seed_all
-from tests.conftest import Service, base_env
+from testkit.dashboard_data import seed_all
+from testkit.dashboard_data.rows import Ctx, Seeder
+from testkit.dashboard_data.scenarios import scenario_running
+from testkit.service import Service, service_env
 
 EXTRA_RUNNING = 5  # builds each holding a leased CPU job (ci-cpu-1) and GPU job (h200-a)
 
@@ -33,7 +35,7 @@ EXTRA_RUNNING = 5  # builds each holding a leased CPU job (ci-cpu-1) and GPU job
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, Engine]]:
     data: Path = tmp_path_factory.mktemp("pages") / "data"
-    svc = Service(data_dir=data, env=base_env(data)).start()  # migrates the file to head
+    svc = Service(data_dir=data, env=service_env(data)).start()  # migrates the file to head
     engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
     try:
         seed_all(engine, history=4)
