@@ -20,7 +20,7 @@ from types import FrameType
 
 import httpx
 
-from runner import envs, pipeline, zygotes
+from runner import envs, pipeline, pipeline_options, zygotes
 from runner import labels as host_labels
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
@@ -276,7 +276,7 @@ class Agent:
         )
         self.lease_deadline = time.monotonic() + _seconds_until(lease.lease_expires_at)
         work = Path(s.cache_dir) / "jobs" / f"job-{lease.job_id}-{lease.attempt}"
-        opts = pipeline.Options.from_settings(
+        opts = pipeline_options.Options.from_settings(
             s,
             stages=list(lease.stages),
             work_dir=work,

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from runner import build, labels, localreport, pipeline, transitions
+from runner import build, labels, localreport, pipeline, pipeline_options, transitions
 from runner.bisection import Answer, Outcome, Search
 from runner.config import RunnerSettings
 from runner.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
@@ -54,7 +54,7 @@ class _Local:
                 source="commit", status=BuildStatus.finished, verdict=Verdict.fail, jobs=[job]
             )
         family = self.host.get("arch")
-        opts = pipeline.Options(
+        opts = pipeline_options.Options(
             stages=self.stages,
             work_dir=work / "run",
             index_url=self.s.index_url,

@@ -21,7 +21,7 @@ from typing import Annotated
 import httpx
 import typer
 
-from runner import envs, history, labels, localreport, memory, pipeline
+from runner import envs, history, labels, localreport, memory, pipeline, pipeline_options
 from runner.config import RunnerSettings
 from runner.inside.registry import SUBJECTS
 from runner.verdict import EXIT_CODES
@@ -395,7 +395,7 @@ def validate(
         raise
     gpu = labels.host_labels(s.runner_labels)
     family = gpu.get("arch")
-    opts = pipeline.Options.from_settings(
+    opts = pipeline_options.Options.from_settings(
         s,
         stages=selected,
         work_dir=tmp,

@@ -22,20 +22,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
-from runner.config import RunnerSettings
+from runner.pipeline_options import Options
 from runner.wire import (
     STAGE_ORDER,
     Capability,
     Environment,
     Finding,
-    RememberedConfig,
     Stage,
     StageResult,
     Status,
 )
 
 if TYPE_CHECKING:
-    from runner.zygotes import Zygote, Zygotes
+    from runner.zygotes import Zygote
 
 log = logging.getLogger("fe_ci.pipeline")
 
@@ -52,63 +51,6 @@ class NullReporter:
 
     def finished(self, result: StageResult) -> None:
         pass
-
-
-def default_layers_dir() -> Path:
-    """Dependency layers live under the runner's cache dir (``FE_CI_CACHE_DIR``)."""
-    return Path(RunnerSettings().cache_dir) / "layers"
-
-
-@dataclass
-class Options:
-    stages: list[Stage]
-    work_dir: Path
-    preinstalled: bool = False
-    candidate_python: Path | None = None
-    index_url: str | None = None
-    wheelhouse: Path | None = None
-    stage_timeout_s: float = 1800.0
-    install_timeout_s: float = 1800.0
-    repeats: int = 8
-    max_repeats: int = 64
-    luck_target: float = 1e-3
-    control_share: float = 0.5
-    negative_control: bool = False
-    family: str | None = None
-    gpu: str | None = None
-    start_configs: dict[str, str] = field(default_factory=dict)  # {subject: config}, as given
-    # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's
-    remembered: list[RememberedConfig] = field(default_factory=list)
-    subjects: list[str] | None = None  # determinism/numerics: these subjects only (None: all)
-    pin_config: str | None = None  # run at this config, no escalation (a repro line's --config)
-    previous: dict[str, Capability] | None = None
-    compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
-    layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
-    # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
-    zygotes: Zygotes | None = None
-    skip_reason: str = "not selected by --stages"
-    report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
-
-    @classmethod
-    def from_settings(
-        cls, s: RunnerSettings, *, stages: list[Stage], work_dir: Path, **run: Any
-    ) -> Options:
-        """What the runner's settings decide, for the agent and ``fe-ci validate`` alike; ``run``
-        holds what this one run decides (its family, GPU, previous report, ...)."""
-        return cls(
-            stages=stages,
-            work_dir=work_dir,
-            index_url=s.index_url,
-            wheelhouse=s.wheelhouse,
-            stage_timeout_s=s.stage_timeout_s,
-            install_timeout_s=s.install_timeout_s,
-            repeats=s.repeats,
-            max_repeats=s.max_repeats,
-            luck_target=s.luck_target,
-            control_share=s.control_share,
-            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
-            **run,
-        )
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import candidate, compile_cache, pipeline, sandbox
+from runner import candidate, compile_cache, pipeline, pipeline_options, sandbox
 from runner.wire import Stage
 from testkit.wheels import make_wheel
 
@@ -161,7 +161,7 @@ def test_a_candidate_cannot_write_an_entry_it_did_not_write(
     wheel = make_wheel(tmp_path / "wheels", "1.32.0", HOSTILE)
 
     def build(n: int) -> str:
-        opts = pipeline.Options(
+        opts = pipeline_options.Options(
             stages=[Stage.determinism],
             work_dir=tmp_path / f"job{n}",
             layers_dir=None,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runner import pipeline, wire
+from runner import pipeline, pipeline_options, wire
 from runner.inside import documents, probe, refusal
 from runner.wire import Stage, Status
 from testkit.wheels import make_wheel
@@ -95,7 +95,7 @@ def test_the_pipeline_refuses_a_document_with_an_unknown_key(tmp_path: Path) -> 
     wheel = make_wheel(tmp_path / "wheel", "9.1.0", SMUGGLER)
     # the work dir lies outside pytest's private tree, whose mode another session may reset
     with tempfile.TemporaryDirectory(prefix="fe-ci-documents-") as work:
-        opts = pipeline.Options(stages=[Stage.probe], work_dir=Path(work), layers_dir=None)
+        opts = pipeline_options.Options(stages=[Stage.probe], work_dir=Path(work), layers_dir=None)
         result = pipeline.Pipeline(opts).run(wheel)
     by_name = {s.name: s for s in result.stages}
     assert by_name[Stage.install].status == Status.pass_, by_name[Stage.install].reason

@@ -16,15 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, layers, pipeline, warm_install
+from runner import envs, layers, pipeline, pipeline_options, warm_install
 from runner.wire import Stage, Status
 from testkit.registry import candidate_env, registry_wheel
 
 pytestmark = pytest.mark.slow  # builds real dependency layers from registry wheels
 
 
-def _opts(work: Path, layers_dir: Path | None, **kw: object) -> pipeline.Options:
-    return pipeline.Options(stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, **kw)  # type: ignore[arg-type]
+def _opts(work: Path, layers_dir: Path | None, **kw: object) -> pipeline_options.Options:
+    return pipeline_options.Options(
+        stages=[Stage.probe],
+        work_dir=work,
+        layers_dir=layers_dir,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def _install(tmp: Path, name: str, wheel: Path, layers_dir: Path) -> pipeline.Pipeline:

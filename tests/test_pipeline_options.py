@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import pipeline
+from runner import pipeline_options
 from runner.config import RunnerSettings
 from runner.wire import Stage
 
@@ -27,7 +27,7 @@ def test_every_harness_setting_from_the_environment_reaches_the_options(
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    opts = pipeline.Options.from_settings(
+    opts = pipeline_options.Options.from_settings(
         RunnerSettings(), stages=[Stage.probe], work_dir=tmp_path / "work", family="sm_90"
     )
     assert (opts.repeats, opts.max_repeats, opts.luck_target, opts.control_share) == (

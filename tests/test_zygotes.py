@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import envs, layers, pipeline, sandbox, warm_install, zygotes
+from runner import envs, layers, pipeline, pipeline_options, sandbox, warm_install, zygotes
 from runner.wire import Stage, Status
 from testkit.registry import registry_wheel
 from tests.helpers import alive
@@ -150,7 +150,7 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
     stages = [Stage.install, Stage.probe, Stage.refusal]
 
     def build(name: str, zs: zygotes.Zygotes | None) -> pipeline.Pipeline:
-        opts = pipeline.Options(
+        opts = pipeline_options.Options(
             stages=stages,
             work_dir=tmp_path / name,
             layers_dir=layer.root.parent,

@@ -12,13 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from runner import envs, layers, pipeline, warm_install, zygotes
+from runner import envs, layers, pipeline, pipeline_options, warm_install, zygotes
 from runner.wire import Stage
 from testkit.registry import candidate_env
 
 
 def _probe(python: Path, work: Path) -> float:
-    opts = pipeline.Options(
+    opts = pipeline_options.Options(
         stages=[Stage.probe],
         work_dir=work,
         preinstalled=True,
@@ -62,7 +62,7 @@ def obvious(wheel: Path, work: Path) -> dict[str, float]:
 def warm_path(
     wheel: Path, work: Path, layers_dir: Path, pool: zygotes.Zygotes | None = None
 ) -> dict[str, float]:
-    opts = pipeline.Options(
+    opts = pipeline_options.Options(
         stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, zygotes=pool
     )
     pipe = pipeline.Pipeline(opts)
@@ -90,7 +90,9 @@ def side_by_side(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
     # the layer exists before the first timed warm run, and the runner's zygote for it is up
     # (a long-running runner starts it with the first build on the layer)
     pipeline.Pipeline(
-        pipeline.Options(stages=[Stage.probe], work_dir=tmp / "prime", layers_dir=layers_dir)
+        pipeline_options.Options(
+            stages=[Stage.probe], work_dir=tmp / "prime", layers_dir=layers_dir
+        )
     ).install(wheel)
     warm_path(wheel, tmp / "prime-zygote", layers_dir, pool)
     out: dict[str, list[dict]] = {"obvious": [], "warm": [], "warm+zygote": [], "floor": []}
