@@ -54,22 +54,14 @@ class _Local:
                 source="commit", status=BuildStatus.finished, verdict=Verdict.fail, jobs=[job]
             )
         family = self.host.get("arch")
-        opts = pipeline_options.Options(
+        opts = pipeline_options.Options.from_settings(
+            self.s,
             stages=self.stages,
             work_dir=work / "run",
-            index_url=self.s.index_url,
-            wheelhouse=self.s.wheelhouse,
-            stage_timeout_s=self.s.stage_timeout_s,
-            install_timeout_s=self.s.install_timeout_s,
-            repeats=self.s.repeats,
-            max_repeats=self.s.max_repeats,
-            luck_target=self.s.luck_target,
-            control_share=self.s.control_share,
             family=family,
             gpu=self.host.get("gpu"),
             previous=previous,
             report_unselected=False,
-            compile_cache_dir=Path(self.s.cache_dir) / "compile-cache",
         )
         result = pipeline.Pipeline(opts).run(built.wheel)
         report = localreport.local_report(result, wheel=built.wheel, family=family, version=None)

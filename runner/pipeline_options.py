@@ -15,11 +15,6 @@ if TYPE_CHECKING:
     from runner.zygotes import Zygotes
 
 
-def default_layers_dir() -> Path:
-    """Dependency layers live under the runner's cache dir (``FE_CI_CACHE_DIR``)."""
-    return Path(RunnerSettings().cache_dir) / "layers"
-
-
 @dataclass
 class Options:
     stages: list[Stage]
@@ -44,7 +39,7 @@ class Options:
     pin_config: str | None = None  # run at this config, no escalation (a repro line's --config)
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
-    layers_dir: Path | None = field(default_factory=default_layers_dir)  # None: plain install
+    layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install
     # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
     zygotes: Zygotes | None = None
     skip_reason: str = "not selected by --stages"
@@ -54,8 +49,9 @@ class Options:
     def from_settings(
         cls, s: RunnerSettings, *, stages: list[Stage], work_dir: Path, **run: Any
     ) -> Options:
-        """What the runner's settings decide, for the agent and ``fe-ci validate`` alike; ``run``
-        holds what this one run decides (its family, GPU, previous report, ...)."""
+        """What the runner's settings decide, for the agent, ``fe-ci validate`` and ``fe-ci bisect``
+        alike; ``run`` holds what this one run decides (its family, GPU, previous report, ...).
+        Everything of the runner's cache dir (``FE_CI_CACHE_DIR``) lives under it."""
         return cls(
             stages=stages,
             work_dir=work_dir,
@@ -68,5 +64,6 @@ class Options:
             luck_target=s.luck_target,
             control_share=s.control_share,
             compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            layers_dir=Path(s.cache_dir) / "layers",
             **run,
         )

@@ -1,7 +1,9 @@
-"""The runner's settings reach the pipeline the same way for the agent and ``fe-ci validate``."""
+"""The runner's settings reach the pipeline the same way for the agent, ``fe-ci validate`` and
+``fe-ci bisect``: through ``Options.from_settings``, the one place that reads them."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from runner import pipeline_options
 from runner.config import RunnerSettings
 from runner.wire import Stage
+from testkit.service import ROOT
 
 
 def test_every_harness_setting_from_the_environment_reaches_the_options(
@@ -40,4 +43,32 @@ def test_every_harness_setting_from_the_environment_reaches_the_options(
     assert opts.index_url == env["FE_CI_INDEX_URL"]
     assert opts.wheelhouse == tmp_path / "wheelhouse"
     assert opts.compile_cache_dir == tmp_path / "cache" / "compile-cache"
+    assert opts.layers_dir == tmp_path / "cache" / "layers"
     assert (opts.stages, opts.work_dir, opts.family) == ([Stage.probe], tmp_path / "work", "sm_90")
+
+
+def _options_built(path: Path) -> list[int]:
+    """The lines of ``path`` that call ``Options(...)`` directly (not ``Options.from_settings``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "Options":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_runner_builds_options_only_from_its_settings(tmp_path: Path) -> None:
+    """A second place that copies settings into ``Options`` drifts from this one (``fe-ci bisect``
+    once built its own and would have missed any setting added later)."""
+    home = ROOT / "runner" / "pipeline_options.py"
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "runner").rglob("*.py"))
+        if path != home and (lines := _options_built(path))
+    }
+    assert found == {}
+    seen = tmp_path / "m.py"
+    seen.write_text("def f(p):\n    return pipeline_options.Options(stages=[], work_dir=p)\n")
+    assert _options_built(seen) == [2]  # the check sees a direct call
