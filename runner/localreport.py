@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from runner import pipeline, repro
+from runner import repro, stage_results
 from runner.verdict import judge
 from runner.wire import (
     BuildReport,
@@ -59,7 +59,7 @@ class Progress:
 
 
 def local_report(
-    result: pipeline.Result, *, wheel: Path | None, family: str | None, version: str | None
+    result: stage_results.Result, *, wheel: Path | None, family: str | None, version: str | None
 ) -> BuildReport:
     job = JobReport(
         id=None,

@@ -15,19 +15,15 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import ValidationError
-
 from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
 from runner.pipeline_options import Options
+from runner.stage_results import Result, accepted, failed_stage, stage_from_doc
 from runner.wire import (
     STAGE_ORDER,
-    Capability,
     Environment,
-    Finding,
     Stage,
     StageResult,
     Status,
@@ -53,40 +49,6 @@ class NullReporter:
         pass
 
 
-@dataclass
-class Result:
-    stages: list[StageResult] = field(default_factory=list)
-    capabilities: dict[str, Capability] = field(default_factory=dict)
-    environment: Environment = field(default_factory=Environment)
-    version: str | None = None
-    chosen_configs: dict[str, str] = field(default_factory=dict)
-    negative_control: bool = False
-
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for s in self.stages for f in s.findings]
-
-
-def _stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
-    fields = {k: v for k, v in doc.items() if k in StageResult.model_fields and k != "name"}
-    fields.setdefault("status", Status.error)
-    return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
-
-
-def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult | str:
-    """The stage's result from its (key-checked) document, or why a value of it is refused.
-
-    The document is the candidate's output: a value out of the wire's bounds (say, a timings
-    table too large) makes the stage an error that says where, never a crash of the runner.
-    """
-    try:
-        return _stage_from_doc(name, doc, duration)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p)[:40] for p in err["loc"][:4])
-        return f"{where}: {err['msg']} ({exc.error_count()} problems)"
-
-
 def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
     return StageResult(
         name=Stage.install,
@@ -94,20 +56,6 @@ def _installed(what: str, duration: float, how: str, version: str) -> StageResul
         reason=f"installed {what} in {duration:.1f} s ({how})",
         duration_s=duration,
         version=version,
-    )
-
-
-def _failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
-    status = {
-        "timeout": Status.timeout,
-        "crashed": Status.crashed,
-    }.get(outcome.status, Status.error)
-    return StageResult(
-        name=name,
-        status=status,
-        reason=outcome.describe(),
-        duration_s=outcome.duration_s,
-        log_tail=outcome.log_tail,
     )
 
 
@@ -157,7 +105,7 @@ class Pipeline:
         if not outcome.ok or not out_path.is_file():
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
-            return _failed_stage(stage, outcome)
+            return failed_stage(stage, outcome)
         doc, why = candidate.read_doc(stage, out_path)
         result = why or accepted(stage, doc, outcome.duration_s)
         if isinstance(result, str):
@@ -222,7 +170,7 @@ class Pipeline:
         if outcome.ok:
             return _installed(what, duration, f"{venv}; plain install{note}", meta.version)
         if outcome.status in ("timeout", "crashed"):
-            return _failed_stage(Stage.install, outcome)
+            return failed_stage(Stage.install, outcome)
         errors = _PIP_ERROR.findall(outcome.log_tail)
         return StageResult(
             name=Stage.install,
@@ -356,7 +304,7 @@ class Pipeline:
         doc = self._extra.get(Stage.determinism, {})
         numerics_doc = doc.get("numerics")
         if isinstance(numerics_doc, dict):
-            numerics = _stage_from_doc(Stage.numerics, numerics_doc, 0.0)
+            numerics = stage_from_doc(Stage.numerics, numerics_doc, 0.0)
         else:
             numerics = StageResult(
                 name=Stage.numerics,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import torch
 
-from runner import candidate, compile_cache, pipeline
+from runner import candidate, compile_cache, stage_results
 from runner.inside import arms, compileonly, determinism, documents
 from runner.inside.arms import Arm
 from runner.wire import Stage, StageResult
@@ -149,7 +149,7 @@ def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: 
     doc = _stage(tmp_path / "cache", None)
     assert doc["timings"]["stage"]["ready_s"] >= 0
     assert documents.problems("determinism", doc) == []  # the stage document's contract
-    result = pipeline.accepted(Stage.determinism, dict(doc), 1.0)
+    result = stage_results.accepted(Stage.determinism, dict(doc), 1.0)
     assert isinstance(result, StageResult)
     assert result.timings["stage"] == doc["timings"]["stage"]
     assert set(result.timings) == {"stage", *GROUPED}
@@ -158,7 +158,7 @@ def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: 
     )
     # a candidate's document whose timings are out of the wire's bounds: an error saying where
     swollen = {**doc, "timings": {f"s{i}": {"x_s": 1.0} for i in range(100)}}
-    refused = pipeline.accepted(Stage.determinism, swollen, 1.0)
+    refused = stage_results.accepted(Stage.determinism, swollen, 1.0)
     assert isinstance(refused, str) and refused.startswith("timings")
 
 

@@ -1,0 +1,62 @@
+"""What the pipeline's stages hand back: the run's ``Result``, and a stage's ``StageResult`` made
+from the document it wrote (the candidate's output, so checked against the wire's bounds) or from
+a process that did not finish well."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from runner import sandbox
+from runner.wire import Capability, Environment, Finding, Stage, StageResult, Status
+
+
+@dataclass
+class Result:
+    stages: list[StageResult] = field(default_factory=list)
+    capabilities: dict[str, Capability] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
+    version: str | None = None
+    chosen_configs: dict[str, str] = field(default_factory=dict)
+    negative_control: bool = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.stages for f in s.findings]
+
+
+def stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
+    fields = {k: v for k, v in doc.items() if k in StageResult.model_fields and k != "name"}
+    fields.setdefault("status", Status.error)
+    return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
+
+
+def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult | str:
+    """The stage's result from its (key-checked) document, or why a value of it is refused.
+
+    The document is the candidate's output: a value out of the wire's bounds (say, a timings
+    table too large) makes the stage an error that says where, never a crash of the runner.
+    """
+    try:
+        return stage_from_doc(name, doc, duration)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p)[:40] for p in err["loc"][:4])
+        return f"{where}: {err['msg']} ({exc.error_count()} problems)"
+
+
+def failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
+    """The result of a stage whose process failed, timed out or crashed."""
+    status = {
+        "timeout": Status.timeout,
+        "crashed": Status.crashed,
+    }.get(outcome.status, Status.error)
+    return StageResult(
+        name=name,
+        status=status,
+        reason=outcome.describe(),
+        duration_s=outcome.duration_s,
+        log_tail=outcome.log_tail,
+    )
