@@ -1,16 +1,17 @@
-"""The stage order, shared by the agent (a job from the service) and ``fe-ci validate`` (local).
+"""The stage order, shared by the agent (a job from the service) and ``fe-ci validate`` and
+``fe-ci bisect`` (local).
 
 install -> probe -> determinism (+ numerics, from the same process) -> refusal. Each candidate-side
 stage is a subprocess of the candidate's Python, in its own process group with a timeout, with a
 private copy of ``runner/inside`` on its path and nothing else of the runner (``candidate.py``
-starts it).
+starts it). What a run is asked to do is ``pipeline_options.py``; what it hands back,
+``stage_results.py``; the install stage, ``install_stage.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import sys
 import threading
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import candidate, compare, compile_cache, envs, layers, ledger, sandbox, warm_install
+from runner import candidate, compare, compile_cache, envs, install_stage, layers, ledger, sandbox
 from runner.pipeline_options import Options
 from runner.stage_results import Result, accepted, failed_stage, stage_from_doc
 from runner.wire import (
@@ -47,23 +48,6 @@ class NullReporter:
 
     def finished(self, result: StageResult) -> None:
         pass
-
-
-def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
-    return StageResult(
-        name=Stage.install,
-        status=Status.pass_,
-        reason=f"installed {what} in {duration:.1f} s ({how})",
-        duration_s=duration,
-        version=version,
-    )
-
-
-_PIP_ERROR = re.compile(
-    r"^(ERROR: .*|error: .*|.*ResolutionImpossible.*|.*No matching distribution.*"
-    r"|\s*(?:\u00d7|\u2570\u2500\u25b6) .*)$",
-    re.M,
-)
 
 
 class Pipeline:
@@ -134,82 +118,9 @@ class Pipeline:
     # ------------------------------------------------------------------ stages
 
     def install(self, wheel: Path | None) -> StageResult:
-        if self.opts.preinstalled:
-            return StageResult(
-                name=Stage.install,
-                status=Status.not_applicable,
-                reason=f"preinstalled: the candidate is importable by {self.python}",
-            )
-        if wheel is None:
-            return StageResult(
-                name=Stage.install, status=Status.error, reason="no wheel to install"
-            )
-        start = time.monotonic()
-        meta = envs.read_wheel_metadata(wheel)
-        extras = envs.install_extras(meta)
-        what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
-        log_path = self.opts.work_dir / "logs" / "install.log"
-        env = envs.create_env(self.opts.work_dir / "env")
-        venv = f"venv {time.monotonic() - start:.2f} s"
-        self.python = env.python
-        note = ""
-        if self.opts.layers_dir is not None:
-            warm, note = self._install_warm(env, wheel)
-            if warm is not None:
-                return _installed(what, time.monotonic() - start, f"{venv}; {warm}", meta.version)
-            env = envs.create_env(self.opts.work_dir / "env")  # fresh: nothing of the attempt
-        outcome = envs.install_candidate(
-            env,
-            wheel,
-            log_path=log_path,
-            timeout_s=self.opts.install_timeout_s,
-            index_url=self.opts.index_url,
-            wheelhouse=self.opts.wheelhouse,
-        )
-        duration = time.monotonic() - start
-        if outcome.ok:
-            return _installed(what, duration, f"{venv}; plain install{note}", meta.version)
-        if outcome.status in ("timeout", "crashed"):
-            return failed_stage(Stage.install, outcome)
-        errors = _PIP_ERROR.findall(outcome.log_tail)
-        return StageResult(
-            name=Stage.install,
-            status=Status.fail,
-            reason=("; ".join(errors[-3:]) or f"pip {outcome.describe()}") + note,
-            duration_s=duration,
-            log_tail=outcome.log_tail,
-        )
-
-    def _install_warm(self, env: envs.CandidateEnv, wheel: Path) -> tuple[str | None, str]:
-        """(how the warm path installed, None when it could not; why it could not)."""
-        o = self.opts
-        assert o.layers_dir is not None
-        try:
-            warm = warm_install.install_warm(
-                env,
-                wheel,
-                layers_dir=o.layers_dir,
-                log_path=o.work_dir / "logs" / "install-warm.log",
-                timeout_s=o.install_timeout_s,
-                index_url=o.index_url,
-                wheelhouse=o.wheelhouse,
-            )
-        except layers.LayerError as exc:
-            why = (_PIP_ERROR.findall(str(exc)) or [str(exc).splitlines()[0]])[-1]
-            log.warning("event=layer_unusable error=%s", why)
-            return None, f"; no dependency layer: {why}"
-        if not warm.outcome.ok:
-            return None, f"; the warm install failed: {warm.outcome.describe()}"
-        if warm.problems:
-            return None, f"; the layer did not satisfy: {'; '.join(warm.problems[:3])}"
-        how = f"candidate only, --no-deps, by {warm.installer}"
-        self._layer = warm.layer
-        if warm.layer is None:
-            return f"{how}; no dependencies declared", ""
-        key = warm.layer.spec.key
-        if warm.layer.built_s is None:
-            return f"{how}; dependency layer {key} reused", ""
-        return f"{how}; dependency layer {key} built in {warm.layer.built_s:.1f} s", ""
+        done = install_stage.install(self.opts, wheel, self.python)
+        self.python, self._layer = done.python, done.layer
+        return done.result
 
     def probe(self) -> StageResult:
         # an environment this runner made, or its own interpreter, must import the host's torch

@@ -1,0 +1,137 @@
+"""The ``install`` stage: the candidate's wheel into a fresh environment of its own.
+
+The warm path first (``runner/warm_install.py``: the candidate alone, ``--no-deps``, on a shared
+dependency layer), where the options name a layers dir; a plain ``pip install`` of the wheel and
+its dependencies when the warm path cannot serve, saying why. A failed install says what pip said.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import envs, layers, warm_install
+from runner.pipeline_options import Options
+from runner.stage_results import failed_stage
+from runner.wire import Stage, StageResult, Status
+
+log = logging.getLogger("fe_ci.pipeline")
+
+_PIP_ERROR = re.compile(
+    r"^(ERROR: .*|error: .*|.*ResolutionImpossible.*|.*No matching distribution.*"
+    r"|\s*(?:\u00d7|\u2570\u2500\u25b6) .*)$",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The stage's result, and where the later stages find the candidate."""
+
+    result: StageResult
+    python: Path  # the candidate's interpreter
+    layer: layers.Layer | None = None  # the environment is exactly this layer + the candidate
+
+
+def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
+    return StageResult(
+        name=Stage.install,
+        status=Status.pass_,
+        reason=f"installed {what} in {duration:.1f} s ({how})",
+        duration_s=duration,
+        version=version,
+    )
+
+
+def install(opts: Options, wheel: Path | None, python: Path) -> Installed:
+    """Install ``wheel`` under ``opts.work_dir``; ``python`` is the candidate's interpreter until
+    then (a preinstalled candidate keeps it)."""
+    if opts.preinstalled:
+        return Installed(
+            StageResult(
+                name=Stage.install,
+                status=Status.not_applicable,
+                reason=f"preinstalled: the candidate is importable by {python}",
+            ),
+            python,
+        )
+    if wheel is None:
+        return Installed(
+            StageResult(name=Stage.install, status=Status.error, reason="no wheel to install"),
+            python,
+        )
+    start = time.monotonic()
+    meta = envs.read_wheel_metadata(wheel)
+    extras = envs.install_extras(meta)
+    what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
+    log_path = opts.work_dir / "logs" / "install.log"
+    env = envs.create_env(opts.work_dir / "env")
+    venv = f"venv {time.monotonic() - start:.2f} s"
+    note = ""
+    if opts.layers_dir is not None:
+        warm, layer, note = _install_warm(opts, env, wheel)
+        if warm is not None:
+            duration = time.monotonic() - start
+            return Installed(
+                _installed(what, duration, f"{venv}; {warm}", meta.version), env.python, layer
+            )
+        env = envs.create_env(opts.work_dir / "env")  # fresh: nothing of the attempt
+    outcome = envs.install_candidate(
+        env,
+        wheel,
+        log_path=log_path,
+        timeout_s=opts.install_timeout_s,
+        index_url=opts.index_url,
+        wheelhouse=opts.wheelhouse,
+    )
+    duration = time.monotonic() - start
+    if outcome.ok:
+        how = f"{venv}; plain install{note}"
+        return Installed(_installed(what, duration, how, meta.version), env.python)
+    if outcome.status in ("timeout", "crashed"):
+        return Installed(failed_stage(Stage.install, outcome), env.python)
+    errors = _PIP_ERROR.findall(outcome.log_tail)
+    result = StageResult(
+        name=Stage.install,
+        status=Status.fail,
+        reason=("; ".join(errors[-3:]) or f"pip {outcome.describe()}") + note,
+        duration_s=duration,
+        log_tail=outcome.log_tail,
+    )
+    return Installed(result, env.python)
+
+
+def _install_warm(
+    opts: Options, env: envs.CandidateEnv, wheel: Path
+) -> tuple[str | None, layers.Layer | None, str]:
+    """(how the warm path installed, None when it could not; the layer it used; why it could
+    not)."""
+    assert opts.layers_dir is not None
+    try:
+        warm = warm_install.install_warm(
+            env,
+            wheel,
+            layers_dir=opts.layers_dir,
+            log_path=opts.work_dir / "logs" / "install-warm.log",
+            timeout_s=opts.install_timeout_s,
+            index_url=opts.index_url,
+            wheelhouse=opts.wheelhouse,
+        )
+    except layers.LayerError as exc:
+        why = (_PIP_ERROR.findall(str(exc)) or [str(exc).splitlines()[0]])[-1]
+        log.warning("event=layer_unusable error=%s", why)
+        return None, None, f"; no dependency layer: {why}"
+    if not warm.outcome.ok:
+        return None, None, f"; the warm install failed: {warm.outcome.describe()}"
+    if warm.problems:
+        return None, None, f"; the layer did not satisfy: {'; '.join(warm.problems[:3])}"
+    how = f"candidate only, --no-deps, by {warm.installer}"
+    if warm.layer is None:
+        return f"{how}; no dependencies declared", None, ""
+    key = warm.layer.spec.key
+    if warm.layer.built_s is None:
+        return f"{how}; dependency layer {key} reused", warm.layer, ""
+    return f"{how}; dependency layer {key} built in {warm.layer.built_s:.1f} s", warm.layer, ""
