@@ -17,6 +17,7 @@ import typer
 
 from runner import build, labels, localreport, pipeline, pipeline_options, transitions
 from runner.bisection import Answer, Outcome, Search
+from runner.cli_common import fail, parse_stages
 from runner.config import RunnerSettings
 from runner.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
 
@@ -25,12 +26,9 @@ class _Local:
     """Builds a commit and runs the stages on it, one work directory per commit."""
 
     def __init__(self, repo: Path, stages: str, work: Path) -> None:
-        from runner import cli
-
-        self.cli = cli
         self.s = RunnerSettings()
         self.repo = repo
-        self.stages = cli._parse_stages(stages)
+        self.stages = parse_stages(stages)
         self.work = work
         self.host = labels.host_labels(self.s.runner_labels)
         self.builds = 0
@@ -110,8 +108,6 @@ def bisect(
     Exit codes: 0 one commit named; 2 a range (skipped commits, or the cap);
     1 nothing the stages check turned red; 4 bad input.
     """
-    from runner.cli import fail
-
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise fail(f"{repo} is not a git repository")
     try:

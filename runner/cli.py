@@ -1,8 +1,8 @@
-"""``fe-ci``: serve, runner, submit, validate.
+"""``fe-ci``: serve, runner, submit, validate, bisect (``bisect_cli.py``).
 
-The service is imported only inside ``serve``, so a runner host needs none of its dependencies.
-Help is plain Click text, wrapped at a fixed width whether or not stdout is a terminal, so a
-piped ``--help`` is never cut short.
+What the commands share is ``cli_common.py``. The service is imported only inside ``serve``, so a
+runner host needs none of its dependencies. Help is plain Click text, wrapped at a fixed width
+whether or not stdout is a terminal, so a piped ``--help`` is never cut short.
 """
 
 from __future__ import annotations
@@ -21,18 +21,30 @@ from typing import Annotated
 import httpx
 import typer
 
-from runner import envs, history, labels, localreport, memory, pipeline, pipeline_options
+from runner import (
+    bisect_cli,
+    envs,
+    history,
+    labels,
+    localreport,
+    memory,
+    pipeline,
+    pipeline_options,
+)
+from runner.cli_common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    LOG_LEVEL,
+    WHEEL_ARG,
+    fail,
+    parse_stages,
+    setup_logging,
+)
 from runner.config import RunnerSettings
 from runner.inside.registry import SUBJECTS
 from runner.verdict import EXIT_CODES
-from runner.wire import (
-    STAGE_ORDER,
-    BuildReport,
-    Capability,
-    RememberedConfig,
-    Stage,
-    Verdict,
-)
+from runner.wire import BuildReport, Capability, RememberedConfig, Verdict
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
 
@@ -44,9 +56,6 @@ Exit codes (validate, and submit --wait):
   3  a runner the service refused (a bad or revoked token), or one that cannot start
   4  bad input: a file that is not a wheel, an unknown stage, a wrong option or argument
 """
-EXIT_REFUSED = 3
-EXIT_BAD_INPUT = 4
-EXIT_FAILED = 1
 _WIDTH = 100
 
 app = typer.Typer(
@@ -57,23 +66,6 @@ app = typer.Typer(
     context_settings={"max_content_width": _WIDTH, "terminal_width": _WIDTH},
 )
 
-
-def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code)
-
-
-# The argument is named in each command's text: Typer would print it with a "<path>" label.
-WHEEL_ARG = typer.Argument(metavar="WHEEL", show_default=False, hidden=True)
-LOG_LEVEL = typer.Option(metavar="LEVEL", help="debug, info, warning or error (logs go to stderr)")
 
 # ------------------------------------------------------------------------------------- serve
 
@@ -242,20 +234,6 @@ def _refused(resp: httpx.Response, url: str) -> typer.Exit:
 # ---------------------------------------------------------------------------------- validate
 
 
-def _parse_stages(text: str | None) -> list[Stage]:
-    if not text:
-        return [s for s in STAGE_ORDER if s != Stage.build]
-    out: list[Stage] = []
-    for part in text.split(","):
-        name = part.strip()
-        try:
-            out.append(Stage(name))
-        except ValueError:
-            known = ", ".join(s.value for s in Stage)
-            raise fail(f"unknown stage {name!r}; stages: {known}") from None
-    return out
-
-
 def _parse_subjects(text: str | None) -> list[str] | None:
     if not text:
         return None
@@ -379,7 +357,7 @@ def validate(
     s = RunnerSettings()
     if wheel is None and commit is None and not preinstalled:
         raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
-    selected = _parse_stages(stages)
+    selected = parse_stages(stages)
     chosen_subjects = _parse_subjects(subjects)
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
     if wheel is not None and not wheel.is_file():
@@ -432,13 +410,7 @@ def validate(
     raise typer.Exit(EXIT_CODES[report.verdict])
 
 
-def _register_bisect() -> None:
-    from runner.bisect_cli import bisect  # it uses this module's helpers
-
-    app.command()(bisect)
-
-
-_register_bisect()
+app.command()(bisect_cli.bisect)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import EXIT_BAD_INPUT
+from runner.cli_common import EXIT_BAD_INPUT
 from testkit.service import ROOT, service_env
 from tests import frontend_repo as fr
 
