@@ -1,4 +1,4 @@
-"""``fe-ci``: serve, runner, submit, validate, bisect (``bisect_cli.py``).
+"""``fe-ci``: serve, runner, submit, validate (``validate_cli.py``), bisect (``bisect_cli.py``).
 
 What the commands share is ``cli_common.py``. The service is imported only inside ``serve``, so a
 runner host needs none of its dependencies. Help is plain Click text, wrapped at a fixed width
@@ -7,30 +7,17 @@ whether or not stdout is a terminal, so a piped ``--help`` is never cut short.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shutil
 import sys
-import tempfile
 import time
-import zipfile
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
 
-from runner import (
-    bisect_cli,
-    envs,
-    history,
-    labels,
-    localreport,
-    memory,
-    pipeline,
-    pipeline_options,
-)
+from runner import bisect_cli, validate_cli
 from runner.cli_common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -38,13 +25,11 @@ from runner.cli_common import (
     LOG_LEVEL,
     WHEEL_ARG,
     fail,
-    parse_stages,
     setup_logging,
 )
 from runner.config import RunnerSettings
-from runner.inside.registry import SUBJECTS
 from runner.verdict import EXIT_CODES
-from runner.wire import BuildReport, Capability, RememberedConfig, Verdict
+from runner.wire import BuildReport, Verdict
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
 
@@ -231,185 +216,7 @@ def _refused(resp: httpx.Response, url: str) -> typer.Exit:
     )
 
 
-# ---------------------------------------------------------------------------------- validate
-
-
-def _parse_subjects(text: str | None) -> list[str] | None:
-    if not text:
-        return None
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [n for n in names if n not in SUBJECTS]
-    if unknown:
-        raise fail(f"unknown subject(s) {unknown}; subjects: {', '.join(SUBJECTS)}")
-    return names
-
-
-def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedConfig], BuildReport]:
-    """The previous report: its capabilities (feature regression), chosen configs (its start),
-    and itself (deterministic bits and cost)."""
-    try:
-        data = json.loads(path.read_text())
-        caps = {k: Capability.model_validate(v) for k, v in data["capabilities"].items()}
-        report = BuildReport.model_validate(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise fail(f"--previous {path}: not a build report ({exc})") from exc
-    return caps, memory.from_report(report), report
-
-
-def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path:
-    """The commit's wheel, built as a builder runner builds it."""
-    from runner import build
-
-    typer.echo(f"building {commit[:12]} of {repo}", err=True)
-    result, built = build.run_build(
-        repo,
-        commit,
-        cache_dir=Path(s.cache_dir),
-        work=work,
-        timeout_s=s.stage_timeout_s,
-        index_url=s.index_url,
-        wheelhouse=s.wheelhouse,
-    )
-    if built is None:
-        raise fail(f"the build failed: {result.reason}", EXIT_FAILED)
-    return built.wheel
-
-
-def _wheel_version(wheel: Path | None) -> str | None:
-    if wheel is None:
-        return None
-    try:
-        return envs.read_wheel_metadata(wheel).version
-    except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
-        raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
-
-
-@app.command()
-def validate(
-    wheel: Annotated[Path | None, WHEEL_ARG] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", metavar="FILE", help="write the report here")
-    ] = None,
-    stages: Annotated[
-        str | None,
-        typer.Option(
-            "--stages",
-            metavar="STAGES",
-            help="comma-separated, from: install, probe, determinism, numerics, refusal "
-            "(default: all of them)",
-        ),
-    ] = None,
-    previous: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="an earlier report of the line (feature regression)"),
-    ] = None,
-    preinstalled: Annotated[
-        bool,
-        typer.Option(
-            "--preinstalled", help="the candidate is already importable here: no install stage"
-        ),
-    ] = False,
-    python: Annotated[
-        Path | None,
-        typer.Option(
-            "--python", metavar="PYTHON", help="with --preinstalled: the Python that has it"
-        ),
-    ] = None,
-    negative_control: Annotated[
-        bool,
-        typer.Option(
-            "--negative-control", help="diagnostic: run the deterministic arm with the knob off"
-        ),
-    ] = False,
-    work_dir: Annotated[
-        Path | None, typer.Option(metavar="DIR", help="keep the environment and logs here")
-    ] = None,
-    subjects: Annotated[
-        str | None,
-        typer.Option(
-            "--subjects",
-            metavar="SUBJECTS",
-            help="comma-separated subjects for determinism and numerics",
-        ),
-    ] = None,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            metavar="CONFIG",
-            help="run the selected subjects at this config, no escalation",
-        ),
-    ] = None,
-    commit: Annotated[
-        str | None,
-        typer.Option(metavar="SHA", help="build this commit of --repo with the builder first"),
-    ] = None,
-    repo: Annotated[
-        str, typer.Option(metavar="URL", help="with --commit: the repository (URL or path)")
-    ] = "https://github.com/NVIDIA/cudnn-frontend.git",
-) -> None:
-    """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
-
-    \b
-    Exit codes: 0 pass; 1 fail or error; 2 inconclusive or incomplete;
-    4 bad input (not a wheel, no such file, an unknown stage, a wrong option).
-    """
-    s = RunnerSettings()
-    if wheel is None and commit is None and not preinstalled:
-        raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
-    selected = parse_stages(stages)
-    chosen_subjects = _parse_subjects(subjects)
-    prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
-    if wheel is not None and not wheel.is_file():
-        raise fail(f"no such file: {wheel}")
-    tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
-    try:  # bad input found from here on leaves no temp dir behind
-        if commit is not None:
-            wheel = _build_commit(s, repo, commit, tmp / "build")
-        version = _wheel_version(wheel)
-    except typer.Exit:
-        if work_dir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    gpu = labels.host_labels(s.runner_labels)
-    family = gpu.get("arch")
-    opts = pipeline_options.Options.from_settings(
-        s,
-        stages=selected,
-        work_dir=tmp,
-        preinstalled=preinstalled,
-        candidate_python=python,
-        negative_control=negative_control,
-        family=family,
-        gpu=gpu.get("gpu"),
-        previous=prev,
-        remembered=remembered,
-        subjects=chosen_subjects,
-        pin_config=config,
-    )
-    where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
-    typer.echo(
-        f"validating {wheel.name if wheel else 'the preinstalled candidate'} on {where}", err=True
-    )
-    pipe = pipeline.Pipeline(opts, localreport.Progress())
-    try:
-        result = pipe.run(wheel)
-        report = localreport.local_report(result, wheel=wheel, family=family, version=version)
-    finally:
-        if work_dir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if prev_report is not None:  # deterministic bits and cost against the earlier report
-        report.history, changed = history.compare_reports(report, prev_report, s.cost_factor)
-        report.findings += changed
-    if commit is not None:
-        report.source, report.repo, report.commit = "commit", repo, commit
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(report.model_dump_json(indent=2))
-    localreport.print_report(report)
-    raise typer.Exit(EXIT_CODES[report.verdict])
-
-
+app.command()(validate_cli.validate)
 app.command()(bisect_cli.bisect)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import torch
 
-from runner import cli, memory
+from runner import memory, validate_cli
 from runner.inside import measure, plan
 from runner.inside.comparable import ComparableKey, ConfigKey, normalize_backend
 from runner.wire import BuildReport, JobLease
@@ -150,7 +150,7 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     # fe-ci validate --previous REPORT: the report's configs, the same way
     path = tmp_path / "previous.json"
     path.write_text(json.dumps(report(svc, b3)))
-    _caps, remembered, _report = cli._load_previous(path)
+    _caps, remembered, _report = validate_cli._load_previous(path)
     assert [(r.subject, r.config, r.build_id, r.gpu) for r in remembered] == [
         ("cpu_reduction", "large", b3, "NVIDIA H200")
     ]
