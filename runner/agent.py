@@ -1,7 +1,9 @@
 """The agent loop: register, claim (long poll, jittered back-off), run, heartbeat, report, repeat.
 
 Unrecoverable answers (401/403) stop the loop; network trouble is retried with a warning. A job's
-work directory is removed before it is reported finished: once finished, new work may come.
+work directory is removed before it is reported finished: once finished, new work may come. What
+a job tells the service while it runs (stage results, heartbeats) is ``poster.py``; the stages are
+``pipeline.py``, and the build of a commit is ``build.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -24,13 +25,10 @@ from runner import envs, pipeline, pipeline_options, zygotes
 from runner import labels as host_labels
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
-from runner.wire import JobLease, Stage, StageResult
+from runner.poster import LeaseLost, Poster
+from runner.wire import JobLease, Stage
 
 log = logging.getLogger("fe_ci.agent")
-
-
-class LeaseLost(Exception):
-    """The service no longer holds this job for us (expired, re-leased, or cancelled)."""
 
 
 @dataclass
@@ -39,38 +37,6 @@ class Intervals:
     claim_wait_s: float = 20.0
     heartbeat_s: float | None = None  # default: a third of the lease
     retry_s: float = 1.0
-
-
-class _Poster:
-    """Posts stage results as they finish, retrying through network trouble within the lease."""
-
-    def __init__(self, agent: Agent, lease: JobLease, pipe: pipeline.Pipeline) -> None:
-        self.agent, self.lease, self.pipe = agent, lease, pipe
-        self.lost = False
-
-    def started(self, stage: Stage) -> None:
-        log.info("event=stage_started job=%s stage=%s", self.lease.job_id, stage)
-
-    def finished(self, result: StageResult) -> None:
-        log.info(
-            "event=stage_finished job=%s stage=%s status=%s duration_s=%.1f",
-            self.lease.job_id,
-            result.name,
-            result.status,
-            result.duration_s,
-        )
-        if self.lost:
-            return
-        try:
-            self.agent.with_retries(lambda: self.agent.client.post_stage(self.lease, result))
-        except LeaseLost:
-            self.abandon()
-
-    def abandon(self) -> None:
-        """The lease is gone: stop the running stage and report nothing more for this attempt
-        (a result posted now would belong to a job the service may have handed to another)."""
-        self.lost = True
-        self.pipe.cancel.set()
 
 
 class Agent:
@@ -92,7 +58,6 @@ class Agent:
         self.zygotes = (
             zygotes.Zygotes(Path(settings.cache_dir) / "zygotes") if settings.warm_workers else None
         )
-        self.lease_deadline = 0.0  # monotonic time past which the current lease is surely gone
         self.jobs_done = 0
 
     # ---------------------------------------------------------------- lifecycle
@@ -192,59 +157,11 @@ class Agent:
 
     # ---------------------------------------------------------------- one job
 
-    def with_retries(self, call: object) -> None:
-        """Call until it succeeds, the lease is lost (409), or the lease has surely expired."""
-        assert callable(call)
-        while True:
-            try:
-                call()
-                return
-            except ServiceError as exc:
-                if exc.stale:
-                    raise LeaseLost(str(exc)) from exc
-                if exc.fatal:
-                    raise
-                log.warning("event=post_failed error=%s", exc)
-            except httpx.TransportError as exc:
-                log.warning("event=post_failed error=%r", exc)
-            if time.monotonic() > self.lease_deadline:
-                raise LeaseLost("the service was unreachable past the lease")
-            time.sleep(self.intervals.retry_s)
-
-    def _heartbeat(self, lease: JobLease, poster: _Poster, done: threading.Event) -> None:
-        every = self.intervals.heartbeat_s or max(0.5, lease.lease_seconds / 3)
-        wait = every
-        while not done.wait(wait):
-            # After a failure, try again soon: the lease runs on while the service is away.
-            wait = min(every, self.intervals.retry_s)
-            try:
-                ack = self.client.heartbeat(lease)
-            except ServiceError as exc:
-                if exc.stale or exc.fatal:
-                    log.warning("event=lease_lost job=%s error=%s", lease.job_id, exc)
-                    poster.abandon()
-                    return
-                log.warning("event=heartbeat_failed job=%s error=%s", lease.job_id, exc)
-                continue
-            except httpx.TransportError as exc:
-                if time.monotonic() > self.lease_deadline:
-                    log.warning("event=lease_abandoned job=%s (service unreachable)", lease.job_id)
-                    poster.abandon()
-                    return
-                log.warning("event=heartbeat_failed job=%s error=%r", lease.job_id, exc)
-                continue
-            wait = every
-            self.lease_deadline = time.monotonic() + _seconds_until(ack.lease_expires_at)
-            if ack.cancelled:
-                log.info("event=job_cancelled job=%s", lease.job_id)
-                poster.pipe.cancel.set()
-                return
-
-    def _build(self, lease: JobLease, work: Path, pipe: pipeline.Pipeline) -> None:
+    def _build(self, poster: Poster, work: Path) -> None:
         """A ``build`` job: commit -> wheel, uploaded to the service before the stage is posted."""
         from runner import build
 
-        s = self.settings
+        s, lease, pipe = self.settings, poster.lease, poster.pipe
         assert lease.repo and lease.commit
         pipe.reporter.started(Stage.build)
         result, built = build.run_build(
@@ -258,7 +175,7 @@ class Agent:
             cancel=pipe.cancel,
         )
         if built is not None:
-            self.with_retries(
+            poster.with_retries(
                 lambda: self.client.upload_artifact(lease, built.wheel, build.python_tag())
             )
         pipe.result.stages.append(result)
@@ -274,7 +191,6 @@ class Agent:
             lease.family,
             lease.attempt,
         )
-        self.lease_deadline = time.monotonic() + _seconds_until(lease.lease_expires_at)
         work = Path(s.cache_dir) / "jobs" / f"job-{lease.job_id}-{lease.attempt}"
         opts = pipeline_options.Options.from_settings(
             s,
@@ -288,15 +204,21 @@ class Agent:
             subjects=lease.subjects,
         )
         pipe = pipeline.Pipeline(opts)
-        poster = _Poster(self, lease, pipe)
+        poster = Poster(
+            self.client,
+            lease,
+            pipe,
+            retry_s=self.intervals.retry_s,
+            heartbeat_s=self.intervals.heartbeat_s,
+        )
         pipe.reporter = poster
         done = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(lease, poster, done), daemon=True)
+        beat = threading.Thread(target=poster.heartbeat, args=(done,), daemon=True)
         beat.start()
         error: str | None = None
         try:
             if lease.kind == "build":
-                self._build(lease, work, pipe)
+                self._build(poster, work)
                 result = pipe.result
             else:
                 wheel = (
@@ -329,7 +251,7 @@ class Agent:
             )
             return
         try:
-            self.with_retries(lambda: self.client.finish(lease, result.environment, error))
+            poster.with_retries(lambda: self.client.finish(lease, result.environment, error))
             log.info("event=job_finished job=%s", lease.job_id)
         except LeaseLost as exc:
             log.warning("event=job_abandoned job=%s reason=%s", lease.job_id, exc)
@@ -345,7 +267,3 @@ def preflight() -> str | None:
             '`./scripts/install DIR "" torch==2.13.0`) and start the runner from there'
         )
     return None
-
-
-def _seconds_until(when: datetime) -> float:
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
