@@ -1,12 +1,17 @@
 """Who may import whom, read from the source with ``ast``: a test module never imports another
 test module or conftest (shared helpers are in tests/helpers.py and testkit/), the benchmarks and
 the tests never import each other (what both need is in testkit/), and the product never imports
-testkit.
+testkit. The runner's modules import no loop among themselves, and each imports alone, without the
+service.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +92,119 @@ def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str
     src = tmp_path / "m.py"
     src.write_text(source)
     assert seen in imported(src, package=("tests",))
+
+
+# ------------------------------------------------------------------ the runner's own modules
+
+# What a runner host must not need (DESIGN: the runner never imports the service's stack).
+SERVICE_STACK = ("service", "fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
+RUNNER_MODULES = sorted(
+    "runner" if p.stem == "__init__" else f"runner.{p.stem}" for p in (ROOT / "runner").glob("*.py")
+)
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``: imports that never run."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skip
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """{module: the modules of ``package`` it imports when run}, imports inside functions included
+    (a loop that only closes when a function runs is still a loop)."""
+    paths = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
+        here = path.parent.relative_to(root).parts
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else ()
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+        graph[name] = {n for n in found if n in paths and n != name}
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, round and round (strongly connected)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return found
+
+
+def test_no_import_loop_between_runner_modules() -> None:
+    assert loops(import_graph(ROOT, "runner")) == []
+
+
+def test_the_loop_check_sees_a_loop_closed_inside_a_function(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import x\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.d\n"
+    )
+    (pkg / "d.py").write_text("import pkg.c\n")
+    assert loops(import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.b"]]
+
+
+@pytest.mark.parametrize("module", RUNNER_MODULES)
+def test_each_runner_module_imports_alone(module: str) -> None:
+    """In a fresh interpreter, first of all (an import loop fails here for the module that starts
+    it), and without the service's stack, which a runner host does not have."""
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        f"print(json.dumps(sorted(n for n in {SERVICE_STACK!r} if n in sys.modules)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [], module
