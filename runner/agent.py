@@ -164,16 +164,7 @@ class Agent:
         s, lease, pipe = self.settings, poster.lease, poster.pipe
         assert lease.repo and lease.commit
         pipe.reporter.started(Stage.build)
-        result, built = build.run_build(
-            lease.repo,
-            lease.commit,
-            cache_dir=Path(s.cache_dir),
-            work=work,
-            timeout_s=s.stage_timeout_s,
-            index_url=s.index_url,
-            wheelhouse=s.wheelhouse,
-            cancel=pipe.cancel,
-        )
+        result, built = build.build_commit(s, lease.repo, lease.commit, work, pipe.cancel)
         if built is not None:
             poster.with_retries(
                 lambda: self.client.upload_artifact(lease, built.wheel, build.python_tag())

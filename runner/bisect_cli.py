@@ -37,15 +37,7 @@ class _Local:
         self.builds += 1
         work = self.work / sha[:12]
         typer.echo(f"  ... {sha[:12]} building", err=True)
-        built_stage, built = build.run_build(
-            str(self.repo),
-            sha,
-            cache_dir=Path(self.s.cache_dir),
-            work=work,
-            timeout_s=self.s.stage_timeout_s,
-            index_url=self.s.index_url,
-            wheelhouse=self.s.wheelhouse,
-        )
+        built_stage, built = build.build_commit(self.s, str(self.repo), sha, work)
         if built is None:
             job = JobReport(kind=JobKind.build, status=JobState.finished, stages=[built_stage])
             return BuildReport(

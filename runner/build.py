@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner import envs, sandbox
+from runner.config import RunnerSettings
 from runner.wire import Stage, StageResult, Status
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -287,3 +288,24 @@ def resolve_rev(repo: Path, rev: str) -> str:
     if rev.startswith("-"):
         raise BuildFailure("unknown_commit", f"{rev!r} is not a revision")
     return _git_out(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+
+
+def build_commit(
+    s: RunnerSettings,
+    repo_url: str,
+    sha: str,
+    work: Path,
+    cancel: threading.Event | None = None,
+) -> tuple[StageResult, Built | None]:
+    """``run_build`` with a runner's settings: how every caller (a builder runner, ``fe-ci
+    validate --commit``, ``fe-ci bisect``) builds a commit."""
+    return run_build(
+        repo_url,
+        sha,
+        cache_dir=Path(s.cache_dir),
+        work=work,
+        timeout_s=s.stage_timeout_s,
+        index_url=s.index_url,
+        wheelhouse=s.wheelhouse,
+        cancel=cancel,
+    )

@@ -46,15 +46,7 @@ def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path
     from runner import build
 
     typer.echo(f"building {commit[:12]} of {repo}", err=True)
-    result, built = build.run_build(
-        repo,
-        commit,
-        cache_dir=Path(s.cache_dir),
-        work=work,
-        timeout_s=s.stage_timeout_s,
-        index_url=s.index_url,
-        wheelhouse=s.wheelhouse,
-    )
+    result, built = build.build_commit(s, repo, commit, work)
     if built is None:
         raise fail(f"the build failed: {result.reason}", EXIT_FAILED)
     return built.wheel

@@ -47,28 +47,42 @@ def test_every_harness_setting_from_the_environment_reaches_the_options(
     assert (opts.stages, opts.work_dir, opts.family) == ([Stage.probe], tmp_path / "work", "sm_90")
 
 
-def _options_built(path: Path) -> list[int]:
-    """The lines of ``path`` that call ``Options(...)`` directly (not ``Options.from_settings``)."""
+def _calls(path: Path, callee: str) -> list[int]:
+    """The lines of ``path`` that call ``callee(...)`` directly (``Options(...)``, not
+    ``Options.from_settings``)."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if name == "Options":
+            if name == callee:
                 lines.append(node.lineno)
     return lines
+
+
+def _callers(callee: str, home: Path) -> dict[str, list[int]]:
+    return {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "runner").rglob("*.py"))
+        if path != home and (lines := _calls(path, callee))
+    }
 
 
 def test_the_runner_builds_options_only_from_its_settings(tmp_path: Path) -> None:
     """A second place that copies settings into ``Options`` drifts from this one (``fe-ci bisect``
     once built its own and would have missed any setting added later)."""
-    home = ROOT / "runner" / "pipeline_options.py"
-    found = {
-        str(path.relative_to(ROOT)): lines
-        for path in sorted((ROOT / "runner").rglob("*.py"))
-        if path != home and (lines := _options_built(path))
-    }
-    assert found == {}
+    assert _callers("Options", ROOT / "runner" / "pipeline_options.py") == {}
     seen = tmp_path / "m.py"
     seen.write_text("def f(p):\n    return pipeline_options.Options(stages=[], work_dir=p)\n")
-    assert _options_built(seen) == [2]  # the check sees a direct call
+    assert _calls(seen, "Options") == [2]  # the check sees a direct call
+
+
+def test_a_commit_is_built_from_the_runners_settings_in_one_place(tmp_path: Path) -> None:
+    """A builder runner, ``fe-ci validate --commit`` and ``fe-ci bisect`` build a commit through
+    ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
+    assert _callers("run_build", ROOT / "runner" / "build.py") == {}
+    users = set(_callers("build_commit", ROOT / "runner" / "build.py"))
+    assert users == {"runner/agent.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
+    seen = tmp_path / "m.py"
+    seen.write_text("def f(s):\n    return build.run_build('r', 'c', cache_dir=s)\n")
+    assert _calls(seen, "run_build") == [2]
