@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import threading
 import zipfile
 from pathlib import Path
@@ -70,17 +71,33 @@ def _with_requirement(src: Path, line: str, dest_dir: Path) -> Path:
     return dest
 
 
-def test_second_install_of_the_same_dependency_set_reuses_the_layer(tmp_path: Path) -> None:
-    wheel = registry_wheel("1.32.0")
-    layers_dir = tmp_path / "layers"
-    first = _install(tmp_path, "job1", wheel, layers_dir)
-    assert "built" in first.result.stages[0].reason
-    [layer] = _built(layers_dir)
+def _layer_named(pipe: pipeline.Pipeline, layers_dir: Path, verb: str) -> Path:
+    """The layer the install stage of ``pipe`` says it ``verb`` (built / reused)."""
+    reason = pipe.result.stages[0].reason
+    found = re.search(rf"dependency layer (\w+) {verb}", reason)
+    assert found, reason
+    return layers_dir / found[1]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pipeline.Pipeline]:
+    """Layers with 1.32.0's built once, for the tests that only add to them or read them: a
+    layer's build (the DSL's install and bytecode) is most of this module's time."""
+    root = tmp_path_factory.mktemp("shared")
+    first = _install(root, "job1", registry_wheel("1.32.0"), root / "layers")
+    return root / "layers", first
+
+
+def test_second_install_of_the_same_dependency_set_reuses_the_layer(
+    tmp_path: Path, shared: tuple[Path, pipeline.Pipeline]
+) -> None:
+    layers_dir, first = shared
+    layer = _layer_named(first, layers_dir, "built")
+    before = _built(layers_dir)
     stamp = (layer / "layer.json").stat().st_mtime_ns
-    second = _install(tmp_path, "job2", wheel, layers_dir)
-    reason = second.result.stages[0].reason
-    assert f"dependency layer {layer.name} reused" in reason, reason
-    assert _built(layers_dir) == [layer] and (layer / "layer.json").stat().st_mtime_ns == stamp
+    second = _install(tmp_path, "job2", registry_wheel("1.32.0"), layers_dir)
+    assert _layer_named(second, layers_dir, "reused") == layer
+    assert _built(layers_dir) == before and (layer / "layer.json").stat().st_mtime_ns == stamp
     # each job's venv is its own, and sees the layer only through its .pth line
     site = envs.CandidateEnv(tmp_path / "job2" / "env").site_packages()
     assert (site / layers.LAYER_PTH).read_text().count(str(layer)) == 1
@@ -91,12 +108,13 @@ def test_second_install_of_the_same_dependency_set_reuses_the_layer(tmp_path: Pa
     assert list((layer_site / "nvidia_cutlass_dsl").rglob("*.pyc"))
 
 
-def test_a_different_dependency_set_gets_a_different_layer(tmp_path: Path) -> None:
-    layers_dir = tmp_path / "layers"
-    _install(tmp_path, "new", registry_wheel("1.32.0"), layers_dir)
-    _install(tmp_path, "old", registry_wheel("1.27.0"), layers_dir)
-    built = _built(layers_dir)
-    assert len(built) == 2
+def test_a_different_dependency_set_gets_a_different_layer(
+    tmp_path: Path, shared: tuple[Path, pipeline.Pipeline]
+) -> None:
+    layers_dir, first = shared
+    old = _install(tmp_path, "old", registry_wheel("1.27.0"), layers_dir)
+    built = [_layer_named(first, layers_dir, "built"), _layer_named(old, layers_dir, "built")]
+    assert built[0] != built[1] and set(built) <= set(_built(layers_dir))
     specs = [json.loads((p / "layer.json").read_text())["spec"] for p in built]
     reqs = sorted(tuple(s["requirements"]) for s in specs)
     assert any("torch-c-dlpack-ext" in r for r in reqs[0] + reqs[1])  # 1.27.0's cutedsl extra
@@ -135,9 +153,11 @@ def test_a_dependency_conflict_with_the_host_torch_is_still_caught(tmp_path: Pat
     assert _built(layers_dir) == []
 
 
-def test_the_probe_answers_the_same_through_the_warm_path(tmp_path: Path) -> None:
+def test_the_probe_answers_the_same_through_the_warm_path(
+    tmp_path: Path, shared: tuple[Path, pipeline.Pipeline]
+) -> None:
     wheel = registry_wheel("1.32.0")
-    warm = pipeline.Pipeline(_opts(tmp_path / "warm", tmp_path / "layers")).run(wheel)
+    warm = pipeline.Pipeline(_opts(tmp_path / "warm", shared[0])).run(wheel)
     plain = pipeline.Pipeline(
         _opts(tmp_path / "plain", None, preinstalled=True,
               candidate_python=candidate_env("1.32.0").python)
