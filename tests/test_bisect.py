@@ -1,5 +1,5 @@
 """Bisection end to end: a real git repository of a small frontend-shaped package
-(tests/frontend_repo.py), the signed webhook, a real builder runner building every commit into a
+(testkit/frontend_repo.py), the signed webhook, a real builder runner building every commit into a
 wheel and probing it, the service's own mirror and ``git rev-list --ancestry-path``.
 
 GitHub is the one fake: the tests send the deliveries it would send, and its status API is a
@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from testkit.service import ROOT, SUBMIT, Service
-from tests import frontend_repo as fr
+from testkit import frontend_repo as fr
 from tests.github_recorder import GitHubRecorder
 from tests.helpers import CHROMIUM, chromium, push, send
 

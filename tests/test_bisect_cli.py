@@ -1,5 +1,5 @@
 """``fe-ci bisect`` against a real local repository of a frontend-shaped package
-(tests/frontend_repo.py): the real builder makes every wheel, the real pipeline probes it, no
+(testkit/frontend_repo.py): the real builder makes every wheel, the real pipeline probes it, no
 service runs. Then the answer's repro line is run as printed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from runner.cli_common import EXIT_BAD_INPUT
 from testkit.service import ROOT, service_env
-from tests import frontend_repo as fr
+from testkit import frontend_repo as fr
 
 pytestmark = pytest.mark.slow
 

@@ -167,11 +167,17 @@ def test_unknown_commit_is_classified(make_service, tmp_path: Path) -> None:  # 
     assert r["status"] == "finished" and r["verdict"] == "error"
 
 
-def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(tmp_path: Path) -> None:
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(
+    installer: str, tmp_path: Path
+) -> None:
     """The reason carries the build's own first error (a CMake message, as the frontend's build
-    prints one), not pip's wrapping of it; the build runs with its build env's scripts first on
-    PATH, so CMake finds what the build requirements installed (pybind11's config)."""
-    from runner import build
+    prints one), not the wrapping of it by pip or uv; the build runs with its build env's scripts
+    first on PATH, so CMake finds what the build requirements installed (pybind11's config)."""
+    from runner import build, envs
+
+    if installer == "uv" and envs.find_uv() is None:
+        pytest.skip("uv is not installed beside the runner")
 
     src = tmp_path / "src"
     src.mkdir()
@@ -184,10 +190,46 @@ def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(tmp_path
     )
     with pytest.raises(build.BuildFailure) as err:
         build.build_wheel(
-            src, tmp_path / "dist", work=tmp_path, log=tmp_path / "build.log", timeout_s=300
+            src,
+            tmp_path / "dist",
+            work=tmp_path,
+            log=tmp_path / "build.log",
+            timeout_s=300,
+            installer=installer,
         )
     assert err.value.kind == "build_failed"
+    assert err.value.message.startswith("uv build" if installer == "uv" else "pip wheel")
     assert "CMake Error at CMakeLists.txt:39" in err.value.message
     assert "Could not find `nvcc`" in err.value.message
     log = (tmp_path / "build.log").read_text()
     assert f"PATH0={tmp_path / 'build-env' / 'bin'}" in log
+
+
+def test_uv_and_pip_build_the_same_wheel_from_a_commit(tmp_path: Path) -> None:
+    """The build starts the repository's backend through uv where the runner installs with uv,
+    else through pip: the same commit gives a wheel of the same name and the same files."""
+    from runner import build, envs
+    from testkit import frontend_repo as fr
+
+    if envs.find_uv() is None:
+        pytest.skip("uv is not installed beside the runner")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fr.git(repo, "init", "-q", "-b", "develop")
+    sha = fr.commit(repo, 1, knob=True)
+    log = tmp_path / "mirror.log"
+    src = build.export_tree(build.ensure_commit(str(repo), sha, tmp_path / "cache", log), sha,
+                            tmp_path / "src")  # fmt: skip
+    contents = {}
+    for installer in ("uv", "pip"):
+        wheel = build.build_wheel(
+            src, tmp_path / installer / "dist", work=tmp_path / installer,
+            log=tmp_path / f"{installer}.log", timeout_s=300, installer=installer,
+        )  # fmt: skip
+        with zipfile.ZipFile(wheel) as zf:
+            contents[installer] = (
+                wheel.name,
+                {n: zf.read(n) for n in zf.namelist() if not n.endswith(".dist-info/RECORD")},
+            )
+    assert contents["uv"] == contents["pip"]
+    assert contents["uv"][0] == "nvidia_cudnn_frontend-1.4.0-py3-none-any.whl"
