@@ -8,6 +8,9 @@ the same one): tests import them from there, and helpers from tests/helpers.py, 
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from testkit.service import Service, service_env
+from testkit.service import ROOT, Service, service_env
+from tests.bisecting import runner_env
 from tests.helpers import CHROMIUM, UploadServer, chromium
 
 StartService = Callable[..., Service]
@@ -81,3 +85,25 @@ def upload_server(upload_server_running: UploadServer) -> UploadServer:
     shutil.rmtree(upload_server_running.data_dir, ignore_errors=True)
     upload_server_running.data_dir.mkdir(parents=True)
     return upload_server_running
+
+
+@pytest.fixture
+def builder_runner(tmp_path: Path) -> Iterator[Any]:
+    """``builder_runner(svc)`` starts a builder runner that serves until the test ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def _start(svc: Service) -> None:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "runner.cli", "runner"],
+                env=runner_env(svc),
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=open(tmp_path / "runner.log", "ab"),  # noqa: SIM115
+            )
+        )
+
+    yield _start
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)

@@ -10,19 +10,16 @@ local recorder on 127.0.0.1 (``tests.github_recorder``). The repository lives un
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from testkit.service import ROOT, SUBMIT, Service
 from testkit import frontend_repo as fr
+from testkit.service import ROOT, Service
+from tests.bisecting import bisection_of, red_after_green, repo_dir, wait_bisection
 from tests.github_recorder import GitHubRecorder
 from tests.helpers import CHROMIUM, chromium, push, send
 
@@ -31,99 +28,8 @@ pytestmark = pytest.mark.slow
 SHOTS = ROOT / "docs" / "screenshots"
 
 
-def repo_dir(tmp_path: Path) -> Path:
-    return tmp_path / "github.com" / "NVIDIA" / "cudnn-frontend"
-
-
-def wait_build(svc: Service, build_id: int, timeout: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
-        if report["status"] in ("finished", "cancelled"):
-            return report
-        time.sleep(0.5)
-    raise AssertionError(f"build {build_id} did not finish: {report['jobs']}")
-
-
-def bisection_of(svc: Service, build_id: int, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        items = httpx.get(f"{svc.url}/api/bisections", params={"build": build_id}).json()["items"]
-        if items:
-            return items[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no bisection for build {build_id}")
-
-
-def wait_bisection(svc: Service, bisection_id: int, timeout: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        b = httpx.get(f"{svc.url}/api/bisections/{bisection_id}").json()
-        if b["state"] not in ("opening", "running"):
-            return b
-        time.sleep(1)
-    raise AssertionError(f"bisection {bisection_id} still {b['state']}: {b['steps']}")
-
-
-def runner_env(svc: Service) -> dict[str, str]:
-    return svc.runner_env(FE_CI_RUNNER_NAME="builder-1", FE_CI_RUNNER_LABELS="builder=1")
-
-
-@pytest.fixture
-def runner(tmp_path: Path) -> Iterator[Any]:
-    """``runner(svc)`` starts a builder runner that serves until the test ends."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def _start(svc: Service) -> None:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "runner.cli", "runner"],
-                env=runner_env(svc),
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=open(tmp_path / "runner.log", "ab"),  # noqa: SIM115
-            )
-        )
-
-    yield _start
-    for proc in procs:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-
-
-def run_once(svc: Service, times: int) -> None:
-    """A builder runner that takes one job and exits, ``times`` over: the queue moves in steps."""
-    for _ in range(times):
-        proc = subprocess.run(
-            [sys.executable, "-m", "runner.cli", "runner", "--once"],
-            env=runner_env(svc),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-
-
-def red_after_green(svc: Service, shas: list[str], *, serve: bool = True) -> tuple[int, int]:
-    """Push commit 1 (built green), then one push of the rest: the red build."""
-    good = send(svc, push(after=shas[0]), delivery="d-good").json()["build_id"]
-    if not serve:
-        run_once(svc, 2)  # its build job and its probe
-    first = wait_build(svc, good)
-    assert first["verdict"] != "fail", first["verdict_reason"]
-    assert first["capabilities"]["grouped_gemm_dsrelu"]["present"]
-    bad = send(svc, push(after=shas[-1]), delivery="d-bad").json()["build_id"]
-    if not serve:
-        run_once(svc, 2)
-    report = wait_build(svc, bad)
-    assert report["verdict"] == "fail", report["verdict_reason"]
-    assert "feature_regression" in {f["kind"] for f in report["findings"]}
-    return good, bad
-
-
 def test_a_push_of_nine_commits_is_bisected_to_the_commit_that_dropped_the_knob(
-    make_service: Any, runner: Any, tmp_path: Path, cache_dir: str
+    make_service: Any, builder_runner: Any, tmp_path: Path, cache_dir: str
 ) -> None:
     github = GitHubRecorder()
     repo = repo_dir(tmp_path)
@@ -135,7 +41,7 @@ def test_a_push_of_nine_commits_is_bisected_to_the_commit_that_dropped_the_knob(
         FE_CI_SWEEP_INTERVAL_S="1",
         FE_CI_CACHE_DIR=cache_dir,
     )
-    runner(svc)
+    builder_runner(svc)
     good, bad = red_after_green(svc, shas)
     b = wait_bisection(svc, bisection_of(svc, bad)["id"])
 
@@ -196,14 +102,14 @@ def page_in_browser(svc: Service, bad: int, b: dict[str, Any]) -> None:
 
 
 def test_a_commit_that_does_not_build_is_skipped_and_a_newer_push_does_not_cancel(
-    make_service: Any, runner: Any, tmp_path: Path, cache_dir: str
+    make_service: Any, builder_runner: Any, tmp_path: Path, cache_dir: str
 ) -> None:
     repo = repo_dir(tmp_path)
     shas = fr.history(repo, unbuildable=frozenset({5}))
     svc: Service = make_service(
         FE_CI_REPO_URL=str(repo), FE_CI_SWEEP_INTERVAL_S="1", FE_CI_CACHE_DIR=cache_dir
     )
-    runner(svc)
+    builder_runner(svc)
     _, bad = red_after_green(svc, shas)
     opened = bisection_of(svc, bad)
     newer = fr.commit(repo, 11, knob=False)
@@ -216,91 +122,3 @@ def test_a_commit_that_does_not_build_is_skipped_and_a_newer_push_does_not_cance
     assert "one of 2 commits" in answer["sentence"] and "skipped" in answer["sentence"]
     skipped = next(s for s in b["steps"] if s["commit"] == shas[4])
     assert skipped["mark"] == "skip" and "build fail" in skipped["verdict"]
-
-
-def test_the_cap_ends_the_search_with_a_range(
-    make_service: Any, tmp_path: Path, cache_dir: str
-) -> None:
-    repo = repo_dir(tmp_path)
-    shas = fr.history(repo)
-    svc: Service = make_service(
-        FE_CI_REPO_URL=str(repo), FE_CI_BISECT_MAX_BUILDS="1", FE_CI_CACHE_DIR=cache_dir
-    )
-    _, bad = red_after_green(svc, shas, serve=False)
-    opened = bisection_of(svc, bad)
-    run_once(svc, 2)  # the one step the cap allows: its build job and its probe
-    b = wait_bisection(svc, opened["id"], timeout=120)
-    assert b["state"] == "finished" and b["builds_used"] == 1 and b["max_builds"] == 1
-    assert b["answer"]["outcome"] == "capped"
-    assert b["answer"]["candidates"] == shas[1:6]  # commit 6 was bad: 2..6 remain
-    assert "cap" in b["answer"]["sentence"]
-
-
-def test_cancel_ends_the_bisection_and_its_step_build(
-    make_service: Any, tmp_path: Path, cache_dir: str
-) -> None:
-    repo = repo_dir(tmp_path)
-    shas = fr.history(repo)
-    svc: Service = make_service(FE_CI_REPO_URL=str(repo), FE_CI_CACHE_DIR=cache_dir)
-    _, bad = red_after_green(svc, shas, serve=False)
-    deadline = time.monotonic() + 60
-    while not (b := bisection_of(svc, bad))["steps"] and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert b["state"] == "running" and len(b["steps"]) == 1
-    url = f"{svc.url}/api/bisections/{b['id']}/cancel"
-    refused = httpx.post(url)
-    assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
-    done = httpx.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
-    assert done.status_code == 200 and done.json()["state"] == "cancelled"
-    step = httpx.get(f"{svc.url}/api/builds/{b['steps'][0]['build_id']}").json()
-    assert step["status"] == "cancelled"
-    time.sleep(2)  # the driver's next pump queues nothing for a cancelled bisection
-    after = httpx.get(f"{svc.url}/api/bisections/{b['id']}").json()
-    assert after["state"] == "cancelled" and len(after["steps"]) == 1
-    again = httpx.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
-    assert again.status_code == 409
-
-
-def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) -> None:
-    """A step for a determinism question queues the one GPU job of its family with the one
-    subject (the migrated schema, a real SQLite file; no GPU needed to queue it)."""
-    from runner.transitions import Question
-    from runner.wire import Stage
-    from service import bisect, db
-    from service.config import Settings
-    from service.models import Bisection, Job
-
-    settings = Settings(data_dir=tmp_path, gpu_archs=["sm_90", "sm_100"])
-    db.migrate(settings.url)
-    sessions = db.session_factory(db.make_engine(settings.url))
-    question = Question(
-        rule="determinism_check",
-        subject="sdpa_bwd",
-        family="sm_90",
-        check="sdpa_bwd.deterministic",
-        good="pass",
-        bad="fail",
-        stages=[Stage.install, Stage.probe, Stage.determinism],
-    )
-    driver = bisect.Driver(settings, sessions, on_queued=lambda: None)
-    with sessions() as session:
-        b = Bisection(
-            repo="r",
-            branch="develop",
-            good_commit="1" * 40,
-            bad_commit="3" * 40,
-            question=question.model_dump(mode="json"),
-            commits=["2" * 40, "3" * 40],
-            state=bisect.RUNNING,
-            max_builds=8,
-            candidates=[],
-        )
-        session.add(b)
-        session.flush()
-        assert driver._advance(session, b) == 1
-        session.commit()
-        jobs = session.query(Job).all()
-    assert [(j.kind, j.family, j.stages, j.subjects) for j in jobs] == [
-        ("build", None, ["build"], None),
-        ("gpu", "sm_90", ["install", "probe", "determinism"], ["sdpa_bwd"]),
-    ]

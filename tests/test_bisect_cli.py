@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runner.cli_common import EXIT_BAD_INPUT
-from testkit.service import ROOT, service_env
 from testkit import frontend_repo as fr
+from testkit.service import ROOT, service_env
 
 pytestmark = pytest.mark.slow
 
