@@ -19,14 +19,20 @@ import pytest
 from testkit.service import ROOT
 
 
-def imported(path: Path, package: tuple[str, ...] | None = None) -> set[str]:
+def imported(
+    path: Path, package: tuple[str, ...] | None = None, *, when_run: bool = False
+) -> set[str]:
     """Every module ``path`` imports, at any depth, as absolute names: a relative import
     (``from . import test_x``) is resolved against ``package``, by default the folders from the
-    checkout's root to ``path``."""
+    checkout's root to ``path``. ``when_run``: leave out those under ``if TYPE_CHECKING:``."""
     if package is None:
         package = path.parent.relative_to(ROOT).parts if path.is_relative_to(ROOT) else ()
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_only(tree) if when_run else set()
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -121,20 +127,7 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
         paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
     for name, path in paths.items():
-        tree = ast.parse(path.read_text(), str(path))
-        skip = _type_checking_only(tree)
-        here = path.parent.relative_to(root).parts
-        found: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = here[: len(here) - node.level + 1] if node.level else ()
-                module = ".".join([*base, *([node.module] if node.module else [])])
-                found.add(module)
-                found.update(f"{module}.{alias.name}" for alias in node.names)
+        found = imported(path, path.parent.relative_to(root).parts, when_run=True)
         graph[name] = {n for n in found if n in paths and n != name}
     return graph
 
