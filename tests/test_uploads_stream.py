@@ -48,14 +48,28 @@ class Endless:
             yield zeros
 
 
+def post_endless(
+    server: UploadServer,
+    head: bytes,
+    total: int,
+    *,
+    max_bytes: int | None = None,
+    length: int | None = None,
+) -> tuple[httpx.Response, Endless]:
+    """POST ``head`` then zeros up to ``total`` bytes as multipart (boundary ``b0undary``),
+    chunked unless ``length`` is declared; returns the answer and the body (``sent`` so far)."""
+    body = Endless(head, total=total)
+    headers = {"content-type": "multipart/form-data; boundary=b0undary"}
+    if length is not None:
+        headers["content-length"] = str(length)
+    params = {"max_bytes": max_bytes} if max_bytes is not None else None
+    resp = httpx.post(server.url, params=params, content=iter(body), headers=headers, timeout=60)
+    return resp, body
+
+
 def test_bad_file_name_is_refused_before_the_data_is_read(upload_server: UploadServer) -> None:
-    body = Endless(multipart_head("b0undary", "nvidia_cudnn_frontend.whl"), total=1024 * MiB)
-    resp = httpx.post(
-        upload_server.url,
-        content=iter(body),
-        headers={"content-type": "multipart/form-data; boundary=b0undary"},
-        timeout=60,
-    )
+    head = multipart_head("b0undary", "nvidia_cudnn_frontend.whl")
+    resp, body = post_endless(upload_server, head, 1024 * MiB)
     assert_refused(upload_server, resp, 422, "bad_wheel_filename", "filename")
     assert body.sent < 64 * MiB, body.sent
 
@@ -65,14 +79,7 @@ def test_bad_file_name_is_refused_before_the_data_is_read(upload_server: UploadS
 
 def test_oversized_body_is_refused_while_it_streams(upload_server: UploadServer) -> None:
     """No Content-Length (chunked): the server stops reading soon after the limit."""
-    body = Endless(multipart_head("b0undary"), total=2048 * MiB)
-    resp = httpx.post(
-        upload_server.url,
-        params={"max_bytes": MiB},
-        content=iter(body),
-        headers={"content-type": "multipart/form-data; boundary=b0undary"},
-        timeout=60,
-    )
+    resp, body = post_endless(upload_server, multipart_head("b0undary"), 2048 * MiB, max_bytes=MiB)
     error = assert_refused(upload_server, resp, 413, "upload_too_large")
     assert error["message"] == f"the wheel is larger than the limit of {MiB} bytes"
     assert body.sent < 64 * MiB, body.sent  # the rest of the 2 GiB was never asked for
@@ -81,14 +88,7 @@ def test_oversized_body_is_refused_while_it_streams(upload_server: UploadServer)
 def test_other_fields_count_towards_the_body_limit(upload_server: UploadServer) -> None:
     """An ignored field is not stored, but it is not read without bound either."""
     head = b'--b0undary\r\nContent-Disposition: form-data; name="notes"\r\n\r\n'
-    body = Endless(head, total=2048 * MiB)
-    resp = httpx.post(
-        upload_server.url,
-        params={"max_bytes": MiB},
-        content=iter(body),
-        headers={"content-type": "multipart/form-data; boundary=b0undary"},
-        timeout=60,
-    )
+    resp, body = post_endless(upload_server, head, 2048 * MiB, max_bytes=MiB)
     error = assert_refused(upload_server, resp, 413, "upload_too_large")
     limit = MiB + uploads.ENVELOPE_BYTES
     assert error["message"] == f"the request body is larger than the limit of {limit} bytes"
@@ -99,16 +99,8 @@ def test_declared_content_length_over_the_limit_is_refused_before_reading(
     upload_server: UploadServer,
 ) -> None:
     total = 2048 * MiB
-    body = Endless(multipart_head("b0undary"), total=total)
-    resp = httpx.post(
-        upload_server.url,
-        params={"max_bytes": MiB},
-        content=iter(body),
-        headers={
-            "content-type": "multipart/form-data; boundary=b0undary",
-            "content-length": str(total),
-        },
-        timeout=60,
+    resp, body = post_endless(
+        upload_server, multipart_head("b0undary"), total, max_bytes=MiB, length=total
     )
     error = assert_refused(upload_server, resp, 413, "upload_too_large")
     assert error["detail"] == {"content_length": total, "max_bytes": MiB}
