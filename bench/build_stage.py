@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core import commits
 from runner import build, envs
 from testkit import frontend_repo as fr
 
@@ -33,8 +34,8 @@ def children_cpu_s() -> float:
 
 def one_build(repo: Path, sha: str, cache: Path, work: Path, installer: str) -> tuple[float, float]:
     cpu, start = children_cpu_s(), time.monotonic()
-    mirror = build.ensure_commit(str(repo), sha, cache, work / "mirror.log")
-    src = build.export_tree(mirror, sha, work / "src")
+    mirror = commits.ensure_commit(str(repo), sha, cache, work / "mirror.log")
+    src = commits.export_tree(mirror, sha, work / "src")
     build.build_wheel(
         src, work / "dist", work=work, log=work / "build.log", timeout_s=600, installer=installer
     )

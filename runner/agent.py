@@ -21,12 +21,12 @@ from types import FrameType
 
 import httpx
 
+from core.wire import JobLease, Stage
 from runner import envs, pipeline, pipeline_options, zygotes
 from runner import labels as host_labels
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
 from runner.poster import LeaseLost, Poster
-from runner.wire import JobLease, Stage
 
 log = logging.getLogger("fe_ci.agent")
 

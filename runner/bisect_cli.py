@@ -1,8 +1,8 @@
 """``fe-ci bisect GOOD BAD --repo PATH --stages probe``: the service's bisection, locally.
 
 Builds GOOD and BAD with the real builder (``runner.build``), runs the selected stages on each
-(``runner.pipeline``), asks ``runner.transitions`` what turned red, then searches the commits of
-``git rev-list --ancestry-path GOOD..BAD`` with ``runner.bisection``: the same rules and the same
+(``runner.pipeline``), asks ``core.transitions`` what turned red, then searches the commits of
+``git rev-list --ancestry-path GOOD..BAD`` with ``core.bisection``: the same rules and the same
 search as the service, without it.
 """
 
@@ -15,11 +15,12 @@ from typing import Annotated
 
 import typer
 
-from runner import build, labels, localreport, pipeline, pipeline_options, transitions
-from runner.bisection import Answer, Outcome, Search
+from core import commits, transitions
+from core.bisection import Answer, Outcome, Search
+from core.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
+from runner import build, labels, localreport, pipeline, pipeline_options
 from runner.cli_common import fail, parse_stages
 from runner.config import RunnerSettings
-from runner.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
 
 
 class _Local:
@@ -62,7 +63,7 @@ class _Local:
 def _say(answer: Answer, repo: Path, question: transitions.Question) -> None:
     typer.echo(f"\n{answer.describe(40)}")
     if answer.first_bad is not None:
-        info = build.commit_info(repo, answer.first_bad)
+        info = commits.commit_info(repo, answer.first_bad)
         typer.echo(f"  subject: {info.subject}\n  author:  {info.author}")
     pick = answer.first_bad or answer.candidates[-1]
     typer.echo(f"  reproduce: {question.repro(pick, str(repo))}")
@@ -103,16 +104,16 @@ def bisect(
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise fail(f"{repo} is not a git repository")
     try:
-        good_sha, bad_sha = build.resolve_rev(repo, good), build.resolve_rev(repo, bad)
-        commits = build.ancestry_path(repo, good_sha, bad_sha)
-    except build.BuildFailure as exc:
+        good_sha, bad_sha = commits.resolve_rev(repo, good), commits.resolve_rev(repo, bad)
+        path = commits.ancestry_path(repo, good_sha, bad_sha)
+    except commits.BuildFailure as exc:
         raise fail(exc.message) from exc
-    if not commits:
+    if not path:
         raise fail(f"{bad} does not descend from {good}")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-bisect-")) if work_dir is None else work_dir
     local = _Local(repo.resolve(), stages, tmp)
     try:
-        typer.echo(f"bisecting {len(commits)} commits, {good_sha[:12]}..{bad_sha[:12]}", err=True)
+        typer.echo(f"bisecting {len(path)} commits, {good_sha[:12]}..{bad_sha[:12]}", err=True)
         base = local.evaluate(good_sha, None)
         questions = transitions.for_stages(
             transitions.detect(base, local.evaluate(bad_sha, base.capabilities)), local.stages
@@ -121,7 +122,7 @@ def bisect(
             raise fail(f"nothing that --stages {stages} checks turned red from GOOD to BAD", 1)
         question = questions[0]
         typer.echo(f"question: {question.summary()}", err=True)
-        search = Search(tuple(commits))
+        search = Search(tuple(path))
         while (answer := search.done(max_builds)) is None:
             sha = search.next_commit()
             assert sha is not None

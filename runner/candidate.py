@@ -1,8 +1,9 @@
 """Starting a candidate-side stage: its private source, its environment, its process.
 
 Each stage is a subprocess of the candidate's Python (or a fork of a warm zygote), in its own
-process group with a timeout, with a private copy of ``runner/inside`` on its path and nothing
-else of the runner; it hands back one JSON document, read here as untrusted input.
+process group with a timeout, with a private copy of ``runner/inside`` and of core's
+standard-library part (the subject declarations) on its path and nothing else of the runner;
+it hands back one JSON document, read here as untrusted input.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import subjects
+from core.wire import Stage
 from runner import envs, sandbox
-from runner.inside import documents, registry
-from runner.wire import Stage
+from runner.inside import documents
 
 if TYPE_CHECKING:
     from runner.zygotes import Zygote
 
 INSIDE_SRC = Path(__file__).parent / "inside"
+CORE_SRC = Path(subjects.__file__).parent
+# What a candidate stage imports of core: standard library only (tests/test_imports.py holds it).
+CORE_FOR_CANDIDATE = ("__init__.py", "subjects.py", "comparable.py", "ledger.json")
 STAGE_MODULES = {
     Stage.probe: "runner.inside.probe",
     Stage.determinism: "runner.inside.determinism",
@@ -56,6 +61,10 @@ def private_source(work_dir: Path) -> Path:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     shutil.copytree(INSIDE_SRC, pkg / "inside", ignore=shutil.ignore_patterns("__pycache__"))
+    core = root / "core"
+    core.mkdir()
+    for name in CORE_FOR_CANDIDATE:
+        shutil.copyfile(CORE_SRC / name, core / name)
     return root
 
 
@@ -81,7 +90,7 @@ def run_stage(
         path.mkdir(parents=True, exist_ok=True)
         sandbox.hand_over(path)
     sandbox.make_reachable(python)  # an environment outside the work dir, too
-    if extra := os.environ.get(registry.EXTRA_SUBJECTS_ENV):  # a registry extension, too
+    if extra := os.environ.get(subjects.EXTRA_SUBJECTS_ENV):  # a registry extension, too
         sandbox.make_reachable(Path(extra))
     if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
         sandbox.make_reachable(torch.site_dir)

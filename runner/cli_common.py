@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from runner.wire import STAGE_ORDER, Stage
+from core.wire import STAGE_ORDER, Stage
 
 EXIT_REFUSED = 3
 EXIT_BAD_INPUT = 4

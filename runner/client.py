@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from runner.wire import (
+from core.wire import (
     ClaimRequest,
     Environment,
     HeartbeatAck,

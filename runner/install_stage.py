@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.wire import Stage, StageResult, Status
 from runner import envs, layers, warm_install
 from runner.pipeline_options import Options
 from runner.stage_results import failed_stage
-from runner.wire import Stage, StageResult, Status
 
 log = logging.getLogger("fe_ci.pipeline")
 

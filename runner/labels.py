@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from runner.inside.registry import family_of
+from core.subjects import family_of
 
 
 def detect_gpu() -> dict[str, str]:

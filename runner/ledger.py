@@ -1,7 +1,7 @@
 """The version/feature ledger: does what a build has match what its version claims?
 
-``runner/inside/ledger.json`` records from which release each feature is documented; the registry
-(``runner/inside/registry.py``) says what each feature is, and the probe detects every feature on
+``core/ledger.json`` records from which release each feature is documented; the registry
+(``core/subjects.py``) says what each feature is, and the probe detects every feature on
 the build itself. A consumer that gates on the version string goes wrong
 in both directions, so both are findings:
 
@@ -33,8 +33,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from runner.inside.registry import FEATURES, LEDGER_PATH, release_history
-from runner.wire import Finding, Severity
+from core.subjects import FEATURES, LEDGER_PATH, release_history
+from core.wire import Finding, Severity
 
 MISMATCH_EFFECT = "a consumer's version gate would call a knob that is not there"
 PREDATES_EFFECT = "a consumer's version gate would leave it unused and drop determinism silently"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from runner import repro, stage_results
-from runner.verdict import judge
-from runner.wire import (
+from core import repro
+from core.verdict import judge
+from core.wire import (
     BuildReport,
     BuildStatus,
     DriftReport,
@@ -23,6 +23,7 @@ from runner.wire import (
     Status,
     Verdict,
 )
+from runner import stage_results
 
 _MARK = {
     Status.pass_: "ok ",

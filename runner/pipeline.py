@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner import candidate, compare, compile_cache, envs, install_stage, layers, ledger, sandbox
-from runner.pipeline_options import Options
-from runner.stage_results import Result, accepted, failed_stage, stage_from_doc
-from runner.wire import (
+from core import regression
+from core.wire import (
     STAGE_ORDER,
     Environment,
     Stage,
     StageResult,
     Status,
 )
+from runner import candidate, compile_cache, envs, install_stage, layers, ledger, sandbox
+from runner.pipeline_options import Options
+from runner.stage_results import Result, accepted, failed_stage, stage_from_doc
 
 if TYPE_CHECKING:
     from runner.zygotes import Zygote
@@ -140,8 +141,8 @@ class Pipeline:
             result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
         if self.opts.previous is not None:
             previous = self.opts.previous
-            result.findings = compare.upgrade_import_errors(result.findings, previous)
-            result.findings += compare.regressions(
+            result.findings = regression.upgrade_import_errors(result.findings, previous)
+            result.findings += regression.regressions(
                 previous, result.capabilities, findings=result.findings
             )
         return result

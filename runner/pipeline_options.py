@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.wire import Capability, RememberedConfig, Stage
 from runner.config import RunnerSettings
-from runner.wire import Capability, RememberedConfig, Stage
 
 if TYPE_CHECKING:
     from runner.zygotes import Zygotes

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 
 import httpx
 
+from core.wire import JobLease, Stage, StageResult
 from runner.client import Client, ServiceError
 from runner.pipeline import Pipeline
-from runner.wire import JobLease, Stage, StageResult
 
 log = logging.getLogger("fe_ci.agent")
 

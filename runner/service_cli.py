@@ -15,6 +15,8 @@ from typing import Annotated
 import httpx
 import typer
 
+from core.verdict import EXIT_CODES
+from core.wire import BuildReport, Verdict
 from runner.cli_common import (
     EXIT_FAILED,
     EXIT_REFUSED,
@@ -24,8 +26,6 @@ from runner.cli_common import (
     setup_logging,
 )
 from runner.config import RunnerSettings
-from runner.verdict import EXIT_CODES
-from runner.wire import BuildReport, Verdict
 
 
 def serve(

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.wire import Capability, Environment, Finding, Stage, StageResult, Status
 from runner import sandbox
-from runner.wire import Capability, Environment, Finding, Stage, StageResult, Status
 
 
 @dataclass

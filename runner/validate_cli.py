@@ -11,12 +11,13 @@ from typing import Annotated
 
 import typer
 
-from runner import envs, history, labels, localreport, memory, pipeline, pipeline_options
+from core import history, remembered
+from core.subjects import SUBJECTS
+from core.verdict import EXIT_CODES
+from core.wire import BuildReport, Capability, RememberedConfig
+from runner import envs, labels, localreport, pipeline, pipeline_options
 from runner.cli_common import EXIT_FAILED, WHEEL_ARG, fail, parse_stages
 from runner.config import RunnerSettings
-from runner.inside.registry import SUBJECTS
-from runner.verdict import EXIT_CODES
-from runner.wire import BuildReport, Capability, RememberedConfig
 
 
 def _parse_subjects(text: str | None) -> list[str] | None:
@@ -38,7 +39,7 @@ def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedCo
         report = BuildReport.model_validate(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise fail(f"--previous {path}: not a build report ({exc})") from exc
-    return caps, memory.from_report(report), report
+    return caps, remembered.from_report(report), report
 
 
 def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path:

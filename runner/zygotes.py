@@ -46,6 +46,9 @@ def _source_digest() -> str:
     for path in sorted(candidate.INSIDE_SRC.rglob("*.py")):
         h.update(path.relative_to(candidate.INSIDE_SRC).as_posix().encode())
         h.update(path.read_bytes())
+    for name in candidate.CORE_FOR_CANDIDATE:
+        h.update(f"core/{name}".encode())
+        h.update((candidate.CORE_SRC / name).read_bytes())
     return h.hexdigest()[:12]
 
 

@@ -1,11 +1,11 @@
 """Bisections: a red transition between two commit builds of a branch, searched to its first commit.
 
 When a commit build of a branch finishes and something that was green on the branch's previous
-build is red (``runner.transitions.RULES``), a bisection is opened (``build_finished``, inside the
+build is red (``core.transitions.RULES``), a bisection is opened (``build_finished``, inside the
 transaction that finished the build). The ``Driver`` does the rest off the request path: it reads
 ``git rev-list --ancestry-path GOOD..BAD`` from the service's own mirror, queues a commit build of
 the midpoint that runs only the deciding stages, judges it when it finishes, and narrows
-(``runner.bisection``, the same search ``fe-ci bisect`` runs) until it names the first bad commit,
+(``core.bisection``, the same search ``fe-ci bisect`` runs) until it names the first bad commit,
 or a range, or the cap is reached. Step builds carry ``bisection_id``: GitHub hears nothing of them
 (``service.github``) and no line compares against them (``service.lines``). A newer push does not
 cancel a bisection; ``cancel`` does.
@@ -22,10 +22,10 @@ from pathlib import Path
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from runner import build as builder
-from runner.bisection import Answer, Mark, Search, Step
-from runner.transitions import Question, detect, judge, observe
-from runner.wire import BuildReport, Stage, Status
+from core import commits as git
+from core.bisection import Answer, Mark, Search, Step
+from core.transitions import Question, detect, judge, observe
+from core.wire import BuildReport, Stage, Status
 from service.config import Settings
 from service.models import Bisection, BisectionStep, Build, utcnow
 
@@ -163,15 +163,15 @@ class Driver:
     def _mirror(self, bisection: Bisection) -> Path:
         log_path = self.mirrors / "mirror.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        builder.ensure_commit(bisection.repo, bisection.good_commit, self.mirrors, log_path)
-        return builder.ensure_commit(bisection.repo, bisection.bad_commit, self.mirrors, log_path)
+        git.ensure_commit(bisection.repo, bisection.good_commit, self.mirrors, log_path)
+        return git.ensure_commit(bisection.repo, bisection.bad_commit, self.mirrors, log_path)
 
     def _open(self, bisection: Bisection) -> None:
         try:
-            commits = builder.ancestry_path(
+            commits = git.ancestry_path(
                 self._mirror(bisection), bisection.good_commit, bisection.bad_commit
             )
-        except builder.BuildFailure as exc:
+        except git.BuildFailure as exc:
             self._end(bisection, FAILED, f"cannot read the history: {exc.message}")
             return
         if not commits or commits[-1] != bisection.bad_commit:
@@ -236,13 +236,13 @@ class Driver:
         bisection.candidates = list(answer.candidates)
         if answer.first_bad is not None:
             try:
-                info = builder.commit_info(self._mirror(bisection), answer.first_bad)
+                info = git.commit_info(self._mirror(bisection), answer.first_bad)
                 bisection.first_bad = {
                     "sha": info.sha,
                     "subject": info.subject,
                     "author": info.author,
                 }
-            except builder.BuildFailure as exc:
+            except git.BuildFailure as exc:
                 bisection.first_bad = {"sha": answer.first_bad, "subject": "", "author": ""}
                 log.warning("event=commit_info_failed error=%s", exc.message)
         self._end(bisection, FINISHED, answer.describe())

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from runner.inside.registry import FAMILIES
+from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret")
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "token", "xxx", "..."}

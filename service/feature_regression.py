@@ -11,8 +11,8 @@ from packaging.version import InvalidVersion, Version
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from runner import compare
-from runner.wire import Capability, Finding, Severity, StageResult
+from core import regression
+from core.wire import Capability, Finding, Severity, StageResult
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job
 from service.report import merge_capabilities
 
@@ -64,7 +64,7 @@ def with_line_severity(session: Session, build: Build, result: StageResult) -> S
     prev = previous_build(session, build)
     if prev is None or not result.findings:
         return result
-    findings = compare.upgrade_import_errors(result.findings, _capabilities(session, prev.id))
+    findings = regression.upgrade_import_errors(result.findings, _capabilities(session, prev.id))
     return result.model_copy(update={"findings": findings})
 
 
@@ -83,15 +83,15 @@ def add_line_findings(session: Session, build: Build, job: Job) -> None:
     previous = _capabilities(session, prev.id)
     failed = session.execute(
         select(FindingRow.subject)
-        .where(FindingRow.build_id == build.id, FindingRow.kind == compare.IMPORT_ERROR)
+        .where(FindingRow.build_id == build.id, FindingRow.kind == regression.IMPORT_ERROR)
         .distinct()
     ).scalars()
     imports = [
-        Finding(kind=compare.IMPORT_ERROR, severity=Severity.warning, subject=s, message="")
+        Finding(kind=regression.IMPORT_ERROR, severity=Severity.warning, subject=s, message="")
         for s in failed
     ]
     current = _capabilities(session, build.id)
-    for finding in compare.regressions(previous, current, findings=imports):
+    for finding in regression.regressions(previous, current, findings=imports):
         session.add(
             FindingRow(
                 build_id=build.id,

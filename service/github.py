@@ -22,7 +22,7 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from runner.wire import BuildReport
+from core.wire import BuildReport
 from service.config import Settings
 from service.github_app import HEADERS, AppAuth
 from service.models import Build

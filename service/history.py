@@ -1,9 +1,9 @@
 """Deterministic bits and the cost of determinism, compared with the previous comparable build.
 
 When a job posts its determinism stage, each subject whose deterministic arm was exact becomes a
-``DeterminismRecord`` keyed by ``runner.history.comparable_key``; the newest record of the same
+``DeterminismRecord`` keyed by ``core.history.comparable_key``; the newest record of the same
 key from another build is "the previous comparable build". The comparison itself is
-``runner.history.compare``; its findings are stored with the job's other findings.
+``core.history.compare``; its findings are stored with the job's other findings.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from runner import history
-from runner.wire import HistoryRow, Stage, StageResult
+from core import history
+from core.wire import HistoryRow, Stage, StageResult
 from service.models import DeterminismRecord, FindingRow, Job
 
 log = logging.getLogger("fe_ci.history")

@@ -7,8 +7,8 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from runner import memory
-from runner.wire import Check, Environment, RememberedConfig, Stage, Status
+from core import remembered
+from core.wire import Check, Environment, RememberedConfig, Stage, Status
 from service.models import ChosenConfig, Job, StageRow, utcnow
 
 log = logging.getLogger("fe_ci.memory")
@@ -31,7 +31,7 @@ def remember(session: Session, job: Job) -> list[RememberedConfig]:
         Check(name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics or {})
         for c in row.checks
     ]
-    chosen = memory.chosen(
+    chosen = remembered.chosen(
         checks,
         family=job.family,
         environment=Environment.model_validate(job.environment or {}),

@@ -226,7 +226,7 @@ class RefusalRowDB(_PerJob, Base):
 
 
 class ChosenConfig(Base):
-    """The determinism config picked by measuring, per ``runner.inside.comparable.ConfigKey``
+    """The determinism config picked by measuring, per ``core.comparable.ConfigKey``
     (subject, family, GPU model, cuDNN backend; ``""`` where unknown), and the build that chose it:
     the next GPU job of the family starts there, so builds stay comparable."""
 
@@ -260,7 +260,7 @@ class FinishedReport(Base):
 class DeterminismRecord(_PerJob, Base):
     """One subject's deterministic arm on one job, compared with the previous comparable build.
 
-    ``key`` is ``runner.history.comparable_key`` of the measurement's comparable fields;
+    ``key`` is ``core.history.comparable_key`` of the measurement's comparable fields;
     ``measured`` keeps what the next build compares against (digests, sample, cost).
     """
 

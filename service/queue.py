@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from runner.wire import JobKind, JobState, Stage
+from core.wire import JobKind, JobState, Stage
 from service import github, reports
 from service.config import Settings
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow

@@ -8,9 +8,9 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from runner import repro
-from runner.verdict import judge
-from runner.wire import (
+from core import repro
+from core.verdict import judge
+from core.wire import (
     BuildReport,
     BuildStatus,
     BuildSummary,

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from runner.wire import BuildReport, BuildStatus
+from core.wire import BuildReport, BuildStatus
 from service.models import FinishedReport, utcnow
 
 REPORT_REVISION = 1

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.inside.registry import SUBJECTS
-from runner.verdict import judge
-from runner.wire import (
+from core.subjects import SUBJECTS
+from core.verdict import judge
+from core.wire import (
     BuildReport,
     Check,
     JobKind,

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.wire import JobLease
 from runner import cli
 from runner.client import Client
-from runner.wire import JobLease
 
 
 def _tap(path: Path) -> None:

@@ -73,7 +73,7 @@ def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
     script = (
         "import json, torch\n"
         "from runner.inside import measure\n"
-        "from runner.inside.registry import SUBJECTS\n"
+        "from core.subjects import SUBJECTS\n"
         "out = measure.measure_subject(SUBJECTS['toy_sum_bwd'].load(), torch.device('cpu'),"
         " measure.Settings())\n"
         "print(json.dumps({'check': out.check, 'numerics': out.numerics}, default=str))\n"
@@ -101,7 +101,7 @@ def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
 
 def test_without_the_extension_the_subject_is_nowhere(tmp_path: Path) -> None:
     """The same probe without FE_CI_EXTRA_SUBJECTS: the subject came from the extension only."""
-    script = "from runner.inside.registry import SUBJECTS; print(sorted(SUBJECTS))"
+    script = "from core.subjects import SUBJECTS; print(sorted(SUBJECTS))"
     env = {k: v for k, v in os.environ.items() if k != "FE_CI_EXTRA_SUBJECTS"}
     got = subprocess.run(
         [sys.executable, "-c", script],

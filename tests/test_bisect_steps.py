@@ -65,8 +65,8 @@ def test_cancel_ends_the_bisection_and_its_step_build(
 def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) -> None:
     """A step for a determinism question queues the one GPU job of its family with the one
     subject (the migrated schema, a real SQLite file; no GPU needed to queue it)."""
-    from runner.transitions import Question
-    from runner.wire import Stage
+    from core.transitions import Question
+    from core.wire import Stage
     from service import bisect, db
     from service.config import Settings
     from service.models import Bisection, Job

@@ -1,13 +1,13 @@
-"""The bisection search (``runner.bisection``) and the transition rules (``runner.transitions``),
+"""The bisection search (``core.bisection``) and the transition rules (``core.transitions``),
 pure: no git, no service. Commits are named c1..cN; GOOD is c0 (not in the list)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner import transitions
-from runner.bisection import Answer, Mark, Outcome, Search, SearchError, search
-from runner.wire import (
+from core import transitions
+from core.bisection import Answer, Mark, Outcome, Search, SearchError, search
+from core.wire import (
     BuildReport,
     BuildStatus,
     Check,

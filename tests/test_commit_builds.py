@@ -174,6 +174,7 @@ def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(
     """The reason carries the build's own first error (a CMake message, as the frontend's build
     prints one), not the wrapping of it by pip or uv; the build runs with its build env's scripts
     first on PATH, so CMake finds what the build requirements installed (pybind11's config)."""
+    from core import commits
     from runner import build, envs
 
     if installer == "uv" and envs.find_uv() is None:
@@ -188,7 +189,7 @@ def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(
         "print('  Could not find `nvcc` executable in path', file=sys.stderr)\n"
         "sys.exit(1)\n"
     )
-    with pytest.raises(build.BuildFailure) as err:
+    with pytest.raises(commits.BuildFailure) as err:
         build.build_wheel(
             src,
             tmp_path / "dist",
@@ -208,6 +209,7 @@ def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(
 def test_uv_and_pip_build_the_same_wheel_from_a_commit(tmp_path: Path) -> None:
     """The build starts the repository's backend through uv where the runner installs with uv,
     else through pip: the same commit gives a wheel of the same name and the same files."""
+    from core import commits
     from runner import build, envs
     from testkit import frontend_repo as fr
 
@@ -218,7 +220,7 @@ def test_uv_and_pip_build_the_same_wheel_from_a_commit(tmp_path: Path) -> None:
     fr.git(repo, "init", "-q", "-b", "develop")
     sha = fr.commit(repo, 1, knob=True)
     log = tmp_path / "mirror.log"
-    src = build.export_tree(build.ensure_commit(str(repo), sha, tmp_path / "cache", log), sha,
+    src = commits.export_tree(commits.ensure_commit(str(repo), sha, tmp_path / "cache", log), sha,
                             tmp_path / "src")  # fmt: skip
     contents = {}
     for installer in ("uv", "pip"):

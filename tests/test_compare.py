@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner import compare
-from runner.wire import Capability, Finding, Severity
+from core import regression
+from core.wire import Capability, Finding, Severity
 
 EP = "cudnn.grouped_gemm_dglu_wrapper_sm100"
 
@@ -18,7 +18,7 @@ def cap(**kw: object) -> Capability:
 
 
 def test_a_lost_knob_is_a_feature_regression() -> None:
-    (f,) = compare.regressions({"dglu": cap()}, {"dglu": cap(present=False, default=None)})
+    (f,) = regression.regressions({"dglu": cap()}, {"dglu": cap(present=False, default=None)})
     assert (f.kind, f.severity, f.subject) == ("feature_regression", Severity.error, "dglu")
     assert "lost its 'deterministic' parameter" in f.message and EP in f.message
 
@@ -26,26 +26,26 @@ def test_a_lost_knob_is_a_feature_regression() -> None:
 def test_a_lost_entry_point_is_a_feature_regression() -> None:
     gone = cap(importable=False, present=False, default=None, method=None,
                error="AttributeError: module 'cudnn' has no attribute 'x'")  # fmt: skip
-    (f,) = compare.regressions({"dglu": cap()}, {"dglu": gone})
+    (f,) = regression.regressions({"dglu": cap()}, {"dglu": gone})
     assert (f.kind, f.severity) == ("feature_regression", Severity.error)
     assert "is gone" in f.message and "AttributeError" in f.message
 
 
 def test_gains_and_equal_builds_are_not_regressions() -> None:
     absent = cap(present=False, default=None)
-    assert compare.regressions({"dglu": absent}, {"dglu": cap()}) == []
-    assert compare.regressions({"dglu": cap()}, {"dglu": cap()}) == []
-    assert compare.regressions({}, {"dglu": cap()}) == []
+    assert regression.regressions({"dglu": absent}, {"dglu": cap()}) == []
+    assert regression.regressions({"dglu": cap()}, {"dglu": cap()}) == []
+    assert regression.regressions({}, {"dglu": cap()}) == []
 
 
 def test_what_the_current_probe_could_not_see_is_not_a_regression() -> None:
     unreadable = cap(present=False, default=None, method=None)
-    assert compare.regressions({"dglu": cap()}, {"dglu": unreadable}) == []
-    assert compare.regressions({"dglu": cap()}, {}) == []
+    assert regression.regressions({"dglu": cap()}, {"dglu": unreadable}) == []
+    assert regression.regressions({"dglu": cap()}, {}) == []
 
 
 def test_a_changed_default_is_a_warning() -> None:
-    (f,) = compare.regressions({"dsrelu": cap(default="None")}, {"dsrelu": cap(default="False")})
+    (f,) = regression.regressions({"dsrelu": cap(default="None")}, {"dsrelu": cap(default="False")})
     assert (f.kind, f.severity) == ("knob_default_changed", Severity.warning)
     assert "from None to False" in f.message
 
@@ -53,31 +53,31 @@ def test_a_changed_default_is_a_warning() -> None:
 def test_an_import_error_is_left_to_the_import_error_finding() -> None:
     failed = cap(importable=False, present=False, method=None, error="ImportError: no cutlass")
     err = Finding(kind="import_error", severity=Severity.warning, subject="dglu", message="m")
-    assert compare.regressions({"dglu": cap()}, {"dglu": failed}, findings=[err]) == []
-    assert len(compare.regressions({"dglu": cap()}, {"dglu": failed})) == 1
+    assert regression.regressions({"dglu": cap()}, {"dglu": failed}, findings=[err]) == []
+    assert len(regression.regressions({"dglu": cap()}, {"dglu": failed})) == 1
 
 
 def test_import_error_is_an_error_only_when_the_previous_build_imported_it() -> None:
     err = Finding(kind="import_error", severity=Severity.warning, subject="dglu", message="m")
     other = Finding(kind="default_ignores_torch_flag", severity=Severity.info, subject="dglu",
                     message="n")  # fmt: skip
-    (up, same) = compare.upgrade_import_errors([err, other], {"dglu": cap()})
+    (up, same) = regression.upgrade_import_errors([err, other], {"dglu": cap()})
     assert up.severity == Severity.error and "previous build" in up.message
     assert same == other
     never = {"dglu": cap(importable=False, present=False)}
-    assert compare.upgrade_import_errors([err], never)[0].severity == Severity.warning
-    assert compare.upgrade_import_errors([err], None)[0].severity == Severity.warning
-    assert compare.import_error_severity("dglu", {"dglu": cap()}) == Severity.error
-    assert compare.import_error_severity("dglu", {}) == Severity.warning
+    assert regression.upgrade_import_errors([err], never)[0].severity == Severity.warning
+    assert regression.upgrade_import_errors([err], None)[0].severity == Severity.warning
+    assert regression.import_error_severity("dglu", {"dglu": cap()}) == Severity.error
+    assert regression.import_error_severity("dglu", {}) == Severity.warning
 
 
 def test_ledger_features_that_disappear_are_regressions() -> None:
     prev = {"grouped_gemm_quant.optional_prob_tensor": True, "a.b": None, "c.d": False}
     cur = {"grouped_gemm_quant.optional_prob_tensor": False, "a.b": False, "c.d": True}
-    (f,) = compare.feature_regressions(prev, cur)
+    (f,) = regression.feature_regressions(prev, cur)
     assert (f.kind, f.severity, f.subject) == (
         "feature_regression",
         Severity.error,
         "grouped_gemm_quant",
     )
-    assert compare.feature_regressions(prev, {}) == []
+    assert regression.feature_regressions(prev, {}) == []

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.wire import Stage
 from runner import candidate, compile_cache, pipeline, pipeline_options, sandbox
-from runner.wire import Stage
 from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"

@@ -16,10 +16,10 @@ import httpx
 import pytest
 import torch
 
+from core.wire import Stage, StageResult
 from runner import candidate, compile_cache, stage_results
 from runner.inside import arms, compileonly, determinism, documents
 from runner.inside.arms import Arm
-from runner.wire import Stage, StageResult
 from testkit.service import Service
 from tests.helpers import register, report, stage_body, submit_wheel
 

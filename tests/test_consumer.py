@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from runner.inside import consumer, registry
+from core import subjects
+from runner.inside import consumer
 from runner.inside.consumer import KnobSupport, StepConfig
 
 ENV = consumer.ENV_VAR
@@ -250,9 +251,9 @@ def test_a_refusal_names_what_to_change(
 def test_the_release_advice_comes_from_the_ledger() -> None:
     """The ledger is the one record of when a knob shipped: dGLU's came in 1.29.1 and 1.30.0
     dropped it again, so the advice names both and no second table can disagree."""
-    history = registry.release_history()
+    history = subjects.release_history()
     for activation, wrapper in consumer.WRAPPERS.items():
-        entry = history[registry.SUBJECTS[wrapper.subject].feature]
+        entry = history[subjects.SUBJECTS[wrapper.subject].feature]
         refusal = consumer.decide(StepConfig(activation), NO_KNOB, requested=True).refusal
         assert refusal and f"nvidia-cudnn-frontend {entry['since']} or later" in refusal
         for missing in entry.get("missing_in", ()):

@@ -19,7 +19,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from runner.inside.registry import SUBJECTS
+from core.subjects import SUBJECTS
 from service.config import Settings
 from service.db import make_engine
 from service.models import Job, Runner, utcnow

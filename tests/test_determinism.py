@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.wire import DriftRow, StageResult
 from runner import candidate
 from runner.inside import arms, determinism, documents, stats
 from runner.inside.measure import Settings, measure_subject
-from runner.wire import DriftRow, StageResult
 from tests.fakesubjects import FakeSubject, Reduction
 from tests.fakesubjects import floats as _floats
 from tests.fakesubjects import integers as _integers

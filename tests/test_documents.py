@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runner import pipeline, pipeline_options, wire
+from core import wire
+from core.wire import Stage, Status
+from runner import pipeline, pipeline_options
 from runner.inside import documents, probe, refusal
-from runner.wire import Stage, Status
 from testkit.wheels import make_wheel
 
 MIRRORS: list[tuple[type, type[BaseModel], frozenset[str]]] = [

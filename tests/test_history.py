@@ -13,10 +13,8 @@ import httpx
 import pytest
 import torch
 
-from runner import history
-from runner.inside import bits
-from runner.inside.measure import Settings, measure_subject
-from runner.wire import (
+from core import history
+from core.wire import (
     BuildReport,
     BuildStatus,
     JobKind,
@@ -25,6 +23,8 @@ from runner.wire import (
     StageResult,
     Verdict,
 )
+from runner.inside import bits
+from runner.inside.measure import Settings, measure_subject
 from testkit.service import Service
 from testkit.wheels import make_wheel
 from tests.fakesubjects import FakeSubject, Reduction, floats

@@ -43,6 +43,10 @@ def imported(
     return names
 
 
+# The service's stack: core (the domain both sides share) never pulls it in.
+WEB_AND_STORE = ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn", "jinja2")
+
+
 def offenders(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     out = {}
     for path in sorted((ROOT / folder).rglob("*.py")):
@@ -71,8 +75,9 @@ def test_no_test_module_imports_another() -> None:
         ("bench", ("tests",)),
         ("tests", ("bench",)),
         ("testkit", ("tests", "bench")),
-        ("service", ("tests", "bench", "testkit")),
+        ("service", ("tests", "bench", "testkit", "runner")),
         ("runner", ("tests", "bench", "testkit")),
+        ("core", ("tests", "bench", "testkit", "runner", "service", *WEB_AND_STORE)),
     ],
 )
 def test_imports_stay_on_their_side(folder: str, forbidden: tuple[str, ...]) -> None:
@@ -105,7 +110,9 @@ def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str
 # What a runner host must not need (DESIGN: the runner never imports the service's stack).
 SERVICE_STACK = ("service", "fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
 RUNNER_MODULES = sorted(
-    "runner" if p.stem == "__init__" else f"runner.{p.stem}" for p in (ROOT / "runner").glob("*.py")
+    pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"
+    for pkg in ("runner", "core")
+    for p in (ROOT / pkg).glob("*.py")
 )
 
 
@@ -164,8 +171,29 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_loop_between_runner_modules() -> None:
-    assert loops(import_graph(ROOT, "runner")) == []
+@pytest.mark.parametrize("package", ["runner", "core"])
+def test_no_import_loop_between_modules(package: str) -> None:
+    assert loops(import_graph(ROOT, package)) == []
+
+
+def test_what_a_candidate_gets_of_core_is_standard_library_only() -> None:
+    """A candidate stage runs in the candidate's environment, which has no pydantic: the part of
+    core copied into its private source imports the standard library and itself, nothing else."""
+    from runner.candidate import CORE_FOR_CANDIDATE
+
+    copied = {f"core.{Path(n).stem}" for n in CORE_FOR_CANDIDATE if n.endswith(".py")}
+    found = {
+        name: sorted(
+            n
+            for n in imported(ROOT / "core" / f"{name.split('.')[1]}.py", ("core",))
+            if n.split(".")[0] not in sys.stdlib_module_names
+            and n.split(".")[0] != "__future__"
+            and not any(n == c or n.startswith(f"{c}.") for c in copied)
+        )
+        for name in copied
+        if name != "core.__init__"
+    }
+    assert {k: v for k, v in found.items() if v} == {}
 
 
 def test_the_loop_check_sees_a_loop_closed_inside_a_function(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from core.wire import Stage, Status
 from runner import envs, layers, pipeline, pipeline_options, warm_install
-from runner.wire import Stage, Status
 from testkit.registry import candidate_env, registry_wheel
 
 pytestmark = pytest.mark.slow  # builds real dependency layers from registry wheels

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from core.subjects import FEATURES, LEDGER_PATH, Feature
+from core.wire import Severity
 from runner import ledger
-from runner.inside.registry import FEATURES, LEDGER_PATH, Feature
-from runner.wire import Severity
 
 DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
 

@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 import torch
 
-from runner import memory, validate_cli
+from core import remembered
+from core.comparable import ComparableKey, ConfigKey, normalize_backend
+from core.wire import BuildReport, JobLease
+from runner import validate_cli
 from runner.inside import measure, plan
-from runner.inside.comparable import ComparableKey, ConfigKey, normalize_backend
-from runner.wire import BuildReport, JobLease
 from testkit.service import Service
 from tests.fakesubjects import FakeSubject, Reduction, floats, integers
 from tests.helpers import register, report, submit_wheel
@@ -180,7 +181,7 @@ def test_a_config_whose_control_never_varied_is_not_remembered() -> None:
             ],
         }
     )
-    assert memory.from_report(report) == []
+    assert remembered.from_report(report) == []
 
 
 def test_the_keys_fold_the_spellings_of_one_backend_and_one_gpu() -> None:

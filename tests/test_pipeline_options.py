@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.wire import Stage
 from runner import pipeline_options
 from runner.config import RunnerSettings
-from runner.wire import Stage
 from testkit.service import ROOT
 
 

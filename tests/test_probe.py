@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from runner import compare, ledger
+from core import regression
+from core.wire import Capability, Severity, Stage, StageResult, Status
+from runner import ledger
 from runner.inside import documents, introspect
-from runner.wire import Capability, Severity, Stage, StageResult, Status
 from testkit.registry import candidate_env, registry_wheel, relabel_wheel, relabelled_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +202,7 @@ def test_missing_dependencies_are_import_errors_not_absence(tmp_path: Path) -> N
     # the service turns these into errors when the previous build of the line imported them
     previous = caps(run_probe(candidate_env("1.32.0").python, tmp_path))
     findings = StageResult.model_validate({"name": "probe", **doc}).findings
-    upgraded = compare.upgrade_import_errors(findings, previous)
+    upgraded = regression.upgrade_import_errors(findings, previous)
     assert {f.severity for f in upgraded if f.kind == "import_error"} == {Severity.error}
 
 
@@ -211,7 +212,7 @@ def test_real_releases_1_29_1_to_1_30_0_lost_the_dglu_knob(tmp_path: Path) -> No
     before = run_probe(candidate_env("1.29.1").python, tmp_path)
     after = run_probe(candidate_env("1.30.0").python, tmp_path)
     assert ledger.ledger_findings(before["version"], before["features"]) == []
-    (lost,) = compare.regressions(caps(before), caps(after))
+    (lost,) = regression.regressions(caps(before), caps(after))
     assert (lost.kind, lost.severity, lost.subject) == (
         "feature_regression",
         Severity.error,

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from core.wire import RefusalRow, Stage, StageResult, Status
 from runner.inside import documents, refusal_rows, te_gate
-from runner.wire import RefusalRow, Stage, StageResult, Status
 from testkit.registry import candidate_env
 
 ROOT = Path(__file__).resolve().parents[1]

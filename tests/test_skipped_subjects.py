@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 
-from runner.inside.registry import SUBJECTS
+from core.subjects import SUBJECTS
 from testkit.service import REGISTER, Service
 from testkit.wheels import make_wheel
 

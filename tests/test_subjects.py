@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.subjects import SUBJECTS
 from runner.inside.compileonly import COMPILE_ONLY
-from runner.inside.registry import SUBJECTS
 from runner.inside.subjects import flex_attention_bwd, grouped_gemm_dglu, grouped_gemm_dsrelu
 from runner.inside.subjects.sdpa_bwd import attention_reference
 

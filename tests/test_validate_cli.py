@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner import repro
-from runner.wire import (
+from core import repro
+from core.wire import (
     BuildReport,
     BuildStatus,
     Check,

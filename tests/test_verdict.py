@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner.verdict import EXIT_CODES, judge, uncovered_subjects
-from runner.wire import (
+from core.verdict import EXIT_CODES, judge, uncovered_subjects
+from core.wire import (
     BuildReport,
     BuildStatus,
     Capability,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from core.wire import Stage, Status
 from runner import envs, layers, pipeline, pipeline_options, sandbox, warm_install, zygotes
-from runner.wire import Stage, Status
 from testkit.registry import registry_wheel
 from tests.helpers import alive
 

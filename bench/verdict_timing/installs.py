@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from core.wire import Stage
 from runner import envs, layers, pipeline, pipeline_options, warm_install, zygotes
-from runner.wire import Stage
 from testkit.registry import candidate_env
 
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from runner.inside.comparable import ComparableKey
+from core.comparable import ComparableKey
 
 SAMPLE_SIZE = 128
 T = TypeVar("T")

@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from core.subjects import SUBJECTS
 from runner.inside._io import write_json_atomic
-from runner.inside.registry import SUBJECTS
 from runner.inside.subjects.base import COMPILE_ARCH
 
 # Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from runner.inside import registry
+from core import subjects
 
 ENV_VAR = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
 KNOB = "deterministic"
@@ -51,10 +51,10 @@ WRAPPERS: dict[str, Wrapper] = {
         activation,
         s.entry_point.removeprefix("cudnn."),
         dict(s.fixed_kwargs),
-        registry.knob_release(s.name),
+        subjects.knob_release(s.name),
         s.name,
     )
-    for activation, s in registry.consumer_subjects().items()
+    for activation, s in subjects.consumer_subjects().items()
 }
 
 # How the wrapper's documentation speaks of the knob and dbias. A clause that negates dbias

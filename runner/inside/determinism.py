@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from core.subjects import SUBJECTS, family_of
 from runner.inside import bits, compileonly, plan
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.measure import Outcome, Settings, measure_subject
-from runner.inside.registry import SUBJECTS, family_of
 from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache
 
 log = logging.getLogger("fe_ci.inside.determinism")

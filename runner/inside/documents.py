@@ -3,7 +3,7 @@
 Standard library only. Each stage module (``probe``, ``determinism``, ``refusal``) returns one
 JSON document of the shape below; ``_io.run_stage`` writes it, or an ``ErrorDoc`` when the stage
 raised. The runner reads it as untrusted input: ``problems(stage, doc)`` names every unknown or
-missing key, and the pipeline turns any into a stage ``error`` with the reason. ``runner/wire.py``
+missing key, and the pipeline turns any into a stage ``error`` with the reason. ``core/wire.py``
 mirrors the parts the runner carries on (``Check``, ``Finding``, ``Capability``, ``DriftRow``,
 ``RefusalRow``, ``StageResult``); ``tests/test_documents.py`` keeps the two in step.
 """
@@ -71,7 +71,7 @@ class RefusalRowDoc(TypedDict):
 # Keys of a refusal row that the runner does not carry on (the wire's RefusalRow lacks them).
 REFUSAL_ROW_LOCAL = frozenset({"kwargs", "state", "te"})
 # Fields of the wire's models that no stage document carries: the runner (a check's repro line,
-# runner/repro.py) or the service (the jobs that saw a finding) fills them in.
+# core/repro.py) or the service (the jobs that saw a finding) fills them in.
 WIRE_ONLY: dict[str, frozenset[str]] = {
     "Check": frozenset({"repro"}),
     "Finding": frozenset({"job_ids"}),

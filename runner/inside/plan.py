@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from runner.inside.comparable import pick_start_configs
+from core.comparable import pick_start_configs
+from core.subjects import SUBJECTS
 from runner.inside.measure import Settings
-from runner.inside.registry import SUBJECTS
 from runner.inside.subjects.base import knob_present
 
 

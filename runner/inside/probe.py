@@ -21,10 +21,10 @@ import platform
 import re
 from typing import Any
 
+from core.subjects import FEATURES, SUBJECTS, Feature, Subject
 from runner.inside import _io
 from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
 from runner.inside.introspect import Absent, ImportFailed, describe, read_parameters, resolve
-from runner.inside.registry import FEATURES, SUBJECTS, Feature, Subject
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 

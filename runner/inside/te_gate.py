@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.inside import registry
+from core import subjects
 from runner.inside.documents import FindingDoc, RefusalRowDoc
 from runner.inside.refusal_rows import SUBJECT_OF, Row, request_state
 
@@ -41,7 +41,7 @@ class TEGate:
 
 
 _TE_MODULE = "transformer_engine.pytorch.ops.fused.grouped_mlp"
-_TE_CLASSES = {a: s.consumer_class for a, s in registry.consumer_subjects().items()}
+_TE_CLASSES = {a: s.consumer_class for a, s in subjects.consumer_subjects().items()}
 
 
 def load_te_gate() -> tuple[TEGate | None, str]:

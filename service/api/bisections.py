@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from runner.transitions import Question
+from core.transitions import Question
 from service import bisect, notify
 from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound

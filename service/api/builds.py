@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, selectinload
 
-from runner.wire import BuildReport, BuildsPage
+from core.wire import BuildReport, BuildsPage
 from service import notify, queue, reports
 from service.build_list import filtered_builds
 from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep

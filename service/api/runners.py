@@ -17,8 +17,8 @@ from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from runner.inside.registry import FAMILIES
-from runner.wire import (
+from core.subjects import FAMILIES
+from core.wire import (
     ClaimRequest,
     HeartbeatAck,
     JobFinish,

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from runner.wire import BuildAccepted
+from core.wire import BuildAccepted
 from service import limits, notify, queue, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runner.inside.registry import FAMILIES, SUBJECTS
-from runner.verdict import no_runner
-from runner.wire import JobKind, JobState, Stage, Status, Verdict
+from core.subjects import FAMILIES, SUBJECTS
+from core.verdict import no_runner
+from core.wire import JobKind, JobState, Stage, Status, Verdict
 
 # Worst first: the state a cell shows when several jobs or checks disagree.
 _SEVERITY = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
-from runner.wire import BuildReport, Check, JobReport, Severity, StageResult, Status
+from core.wire import BuildReport, Check, JobReport, Severity, StageResult, Status
 
 _ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
 _SKIPS = {Status.skipped, Status.not_applicable}

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from runner.inside.registry import SUBJECTS
-from runner.wire import STAGE_ORDER, Stage
+from core.subjects import SUBJECTS
+from core.wire import STAGE_ORDER, Stage
 from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from runner.wire import JobState
+from core.wire import JobState
 from service.config import Settings
 from service.deps import SessionDep, SettingsDep
 from service.models import Build, Job, Runner, utcnow

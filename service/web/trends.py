@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from runner.inside.registry import FAMILIES, SUBJECTS
-from runner.wire import STAGE_ORDER, Stage
+from core.subjects import FAMILIES, SUBJECTS
+from core.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
 from service.models import Build, CheckRow, DeterminismRecord, DriftRowDB, Job, StageRow
 from service.web.templating import templates, timed

@@ -18,8 +18,8 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from runner.inside.registry import SUBJECTS
-from runner.wire import STAGE_ORDER, RefusalReport, Verdict
+from core.subjects import SUBJECTS
+from core.wire import STAGE_ORDER, RefusalReport, Verdict
 from service.api.bisections import of_build
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, insert, select
 
-from runner.inside.registry import SUBJECTS, consumer_subjects
+from core.subjects import SUBJECTS, consumer_subjects
 from service.models import (
     Build,
     CapabilityRow,

@@ -5,7 +5,7 @@ test can add a subject in the documented places only: a registry entry (here) an
 (``toy_sum_bwd.py``), with ``toy_frontend.py`` as the build's entry point.
 """
 
-from runner.inside.registry import Subject
+from core.subjects import Subject
 
 SUBJECTS = (
     Subject(

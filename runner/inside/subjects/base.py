@@ -203,7 +203,7 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     import re
     import time
 
-    from runner.inside.registry import SUBJECTS
+    from core.subjects import SUBJECTS
 
     module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}

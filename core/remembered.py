@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runner.inside.comparable import ConfigKey
-from runner.wire import BuildReport, Check, Environment, RememberedConfig, Stage, Status
+from core.comparable import ConfigKey
+from core.wire import BuildReport, Check, Environment, RememberedConfig, Stage, Status
 
 # Statuses whose config is worth remembering: the control was measured there.
 _MEASURED = (Status.pass_, Status.fail, Status.inconclusive)

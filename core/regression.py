@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runner.wire import Capability, Finding, Severity
+from core.wire import Capability, Finding, Severity
 
 IMPORT_ERROR = "import_error"
 

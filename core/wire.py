@@ -205,7 +205,7 @@ class RememberedConfig(_Model):
     """A config chosen by an earlier build, remembered per (subject, family, GPU model, backend).
 
     A lease carries every one of its family's; the determinism stage uses those whose GPU model
-    and cuDNN backend match the host it runs on (``runner.inside.comparable``).
+    and cuDNN backend match the host it runs on (``core.comparable``).
     """
 
     subject: str = Field(max_length=64)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.inside.registry import SUBJECTS
-from runner.wire import (
+from core.subjects import SUBJECTS
+from core.wire import (
     BuildReport,
     JobReport,
     JobState,

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.wire import BuildReport, Finding, HistoryRow, Severity, Stage
+from core.wire import BuildReport, Finding, HistoryRow, Severity, Stage
 
-# What must match for two measurements to be compared: ``runner.inside.comparable.ComparableKey``
+# What must match for two measurements to be compared: ``core.comparable.ComparableKey``
 # (whose ``ConfigKey`` subset keys remembered configs) plus the inputs' identity.
 KEY_FIELDS = ("subject", "config", "family", "gpu", "torch", "cudnn_backend", "inputs")
 DEFAULT_COST_FACTOR = 1.25

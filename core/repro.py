@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shlex
 
-from runner.inside.registry import SUBJECTS
-from runner.wire import BuildReport, Check, Stage, Status
+from core.subjects import SUBJECTS
+from core.wire import BuildReport, Check, Stage, Status
 
 NEEDS_REPRO = frozenset(
     {Status.fail, Status.inconclusive, Status.error, Status.timeout, Status.crashed}

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from runner.bisection import Mark
-from runner.wire import BuildReport, JobKind, RefusalReport, Stage, StageResult, Status
+from core.bisection import Mark
+from core.wire import BuildReport, JobKind, RefusalReport, Stage, StageResult, Status
 
 # A stage that ended like this answered nothing: the commit is skipped.
 _NO_ANSWER = {Status.error, Status.timeout, Status.crashed, Status.skipped}
