@@ -20,6 +20,7 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts/install ./scripts/install
+COPY core ./core
 COPY runner ./runner
 # The same install step as a checkout's scripts/setup: the runner alone, with torch beside it.
 RUN ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
@@ -41,6 +42,7 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts/install ./scripts/install
+COPY core ./core
 COPY runner ./runner
 RUN ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
 # The frontend's declared build requirements (pyproject.toml [build-system]), and dlpack, which

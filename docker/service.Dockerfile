@@ -7,6 +7,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts/install ./scripts/install
 COPY service ./service
+COPY core ./core
 COPY runner ./runner
 # The same install step as a checkout's scripts/setup: the service and Postgres extras, no torch.
 RUN ./scripts/install /opt/fe-ci service,postgres ""
