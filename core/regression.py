@@ -72,22 +72,6 @@ def _regression(subject: str, message: str) -> Finding:
     )
 
 
-def feature_regressions(
-    previous: dict[str, bool | None], current: dict[str, bool | None]
-) -> list[Finding]:
-    """Ledger features (probe ``features``) that the previous build had and this one lacks."""
-    return [
-        Finding(
-            kind="feature_regression",
-            severity=Severity.error,
-            subject=fid.split(".", 1)[0],
-            message=f"feature {fid} is gone: the previous build had it",
-        )
-        for fid, had in previous.items()
-        if had is True and current.get(fid) is False
-    ]
-
-
 def import_error_severity(subject: str | None, previous: dict[str, Capability] | None) -> Severity:
     """error when the previous build of the line could import ``subject``, else warning."""
     if subject is None or not previous:

@@ -230,10 +230,6 @@ def family_of(major: int, minor: int) -> str | None:
     return None
 
 
-def subjects_for_family(family: str) -> list[Subject]:
-    return [s for s in SUBJECTS.values() if family in s.families]
-
-
 def consumer_subjects() -> dict[str, Subject]:
     """The subjects the reference consumer serves, by activation, in registry order."""
     return {s.activation: s for s in SUBJECTS.values() if s.activation}

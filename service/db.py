@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +70,3 @@ def migrate(url: str) -> None:
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
-
-
-def iter_session(factory: sessionmaker[Session]) -> Iterator[Session]:
-    with factory() as session:
-        yield session

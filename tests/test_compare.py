@@ -69,15 +69,3 @@ def test_import_error_is_an_error_only_when_the_previous_build_imported_it() -> 
     assert regression.upgrade_import_errors([err], None)[0].severity == Severity.warning
     assert regression.import_error_severity("dglu", {"dglu": cap()}) == Severity.error
     assert regression.import_error_severity("dglu", {}) == Severity.warning
-
-
-def test_ledger_features_that_disappear_are_regressions() -> None:
-    prev = {"grouped_gemm_quant.optional_prob_tensor": True, "a.b": None, "c.d": False}
-    cur = {"grouped_gemm_quant.optional_prob_tensor": False, "a.b": False, "c.d": True}
-    (f,) = regression.feature_regressions(prev, cur)
-    assert (f.kind, f.severity, f.subject) == (
-        "feature_regression",
-        Severity.error,
-        "grouped_gemm_quant",
-    )
-    assert regression.feature_regressions(prev, {}) == []
