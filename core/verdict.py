@@ -22,8 +22,9 @@ from core.wire import (
     Verdict,
 )
 
-_ERRORS = (Status.error, Status.timeout, Status.crashed)
-_COVERED = (Status.pass_, Status.fail, Status.inconclusive, Status.error, Status.timeout)
+# The one place for these sets: the grid, the build page and the JUnit XML read them from here.
+ERRORED = frozenset({Status.error, Status.timeout, Status.crashed})  # ended without an answer
+RAN = frozenset({Status.pass_, Status.fail, Status.inconclusive}) | ERRORED  # a check that ran
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def uncovered_subjects(report: BuildReport) -> dict[str, str]:
             continue
         for check in stage.checks:
             subject = check.name.split(".", 1)[0]
-            if check.status in _COVERED or check.status == Status.not_applicable:
+            if check.status in RAN or check.status == Status.not_applicable:
                 covered.add(subject)
             elif check.status == Status.skipped:
                 skip_reasons.setdefault(subject, check.detail)
@@ -130,7 +131,7 @@ def _verdict(report: BuildReport) -> Judgement:
             return Judgement(Verdict.fail, f"{finding.kind}: {finding.message}")
 
     for _job, stage in stages:
-        if stage.status in _ERRORS:
+        if stage.status in ERRORED:
             return Judgement(Verdict.error, f"{stage.name} {stage.status}: {stage.reason}")
     for job in jobs:
         if job.status == JobState.finished and job.reason.startswith("error"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
@@ -83,6 +84,12 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'fe-ci.sqlite3').resolve()}"
+
+    @property
+    def alive_window(self) -> timedelta:
+        """A runner is alive when seen within this long: two lease periods (a lease is renewed by
+        heartbeats, so a runner missing two has stopped)."""
+        return timedelta(seconds=2 * self.lease_seconds)
 
     @property
     def max_upload_bytes(self) -> int:

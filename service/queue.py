@@ -29,7 +29,7 @@ def hash_token(token: str) -> str:
 
 def alive_families(session: Session, settings: Settings, now: datetime) -> list[str]:
     """Families of the runners seen within two lease periods (what ``auto`` covers)."""
-    since = now - timedelta(seconds=2 * settings.lease_seconds)
+    since = now - settings.alive_window
     rows = session.scalars(
         select(Runner.family)
         .where(Runner.family.is_not(None), Runner.revoked_at.is_(None))

@@ -217,6 +217,15 @@ def test_subject_skipped_on_one_job_but_run_on_another_counts_as_covered() -> No
     assert judge(report(sm90, caps=caps)).verdict == Verdict.incomplete
 
 
+def test_a_subject_whose_check_crashed_ran_and_is_not_called_skipped() -> None:
+    """A crashed check ran (and errs the build); it is no subject that no runner took."""
+    caps = {"sdpa_bwd": cap()}
+    crashed = job(*GOOD[:2], det("sdpa_bwd", Status.crashed, "died by signal SIGSEGV"))
+    r = report(crashed, caps=caps)
+    assert uncovered_subjects(r) == {}
+    assert [n.subject for n in judge(r).not_run] == []
+
+
 def test_not_applicable_never_lowers_the_verdict() -> None:
     caps = {"sdpa_bwd": cap(), "flex_attention_bwd": cap(present=False, importable=False)}
     r = report(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
-from core.verdict import no_runner
+from core.verdict import RAN, no_runner
 from core.wire import JobKind, JobState, Stage, Status, Verdict
 
 # Worst first: the state a cell shows when several jobs or checks disagree.
@@ -32,7 +32,6 @@ _SEVERITY = (
     "not_applicable",
 )
 _RANK = {s: i for i, s in enumerate(_SEVERITY)}
-_COVERED = {"pass", "fail", "inconclusive", "error", "timeout", "crashed"}
 ACTIVE_JOB_STATES = (JobState.waiting, JobState.queued, JobState.leased)
 
 
@@ -163,7 +162,7 @@ def stage_cells(
 
 
 def _subject_from_checks(checks: list[CheckView]) -> Cell | None:
-    covered = [c for c in checks if c.status in _COVERED]
+    covered = [c for c in checks if c.status in RAN]
     if covered:
         state = worst(c.status for c in covered)
         reasons = [c.detail for c in covered if c.status == state]

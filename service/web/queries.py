@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -242,8 +242,3 @@ def grid_row(
         },
         findings=sorted(findings, key=lambda f: SEVERITIES.index(f.severity)),
     )
-
-
-def lease_window(settings: Settings) -> timedelta:
-    """A runner is alive when seen within two lease periods."""
-    return timedelta(seconds=2 * settings.lease_seconds)

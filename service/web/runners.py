@@ -16,7 +16,6 @@ from core.wire import JobState
 from service.config import Settings
 from service.deps import SessionDep, SettingsDep
 from service.models import Build, Job, Runner, utcnow
-from service.web.queries import lease_window
 from service.web.templating import templates, timed
 
 router = APIRouter(include_in_schema=False)
@@ -99,7 +98,7 @@ def runner_state(runner: Runner, since: datetime) -> str:
 def runner_views(session: Session, settings: Settings, now: datetime) -> list[RunnerView]:
     """Every runner with its state and leased jobs: a few queries per runner that holds a lease,
     whatever the number of builds or of jobs leased."""
-    since = now - lease_window(settings)
+    since = now - settings.alive_window
     counts = leased_counts(session)
     out = [
         RunnerView(
@@ -129,7 +128,7 @@ def read_runners(request: Request, session: SessionDep, settings: SettingsDep) -
         {
             "runners": runner_views(session, settings, now),
             "now": now,
-            "window_s": 2 * settings.lease_seconds,
+            "window_s": int(settings.alive_window.total_seconds()),
         },
     )
     return timed(response, started)
