@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import bisect, blobsweep, db, github, headers, limits, notify, queue, uploads
+from service import bisection_runs, blobsweep, db, github, headers, limits, notify, queue, uploads
 from service.api import bisections, builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
@@ -130,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
     github.StatusReporter(settings).install(app.state.sessions)
-    app.state.bisect = bisect.Driver(
+    app.state.bisect = bisection_runs.Driver(
         settings, app.state.sessions, on_queued=lambda: notify.queue_changed(app)
     )
     app.state.bisect.install()

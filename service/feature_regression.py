@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from core import regression
 from core.wire import Capability, Finding, Severity, StageResult
+from service.assemble import merge_capabilities
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job
-from service.report import merge_capabilities
 
 LINE_KINDS = ("feature_regression",)
 

@@ -244,7 +244,7 @@ class ChosenConfig(Base):
 
 
 class FinishedReport(Base):
-    """The report of a build that can no longer change, as served (``service/reports.py``)."""
+    """The report of a build that can no longer change, as served (service/stored_reports.py)."""
 
     __tablename__ = "finished_reports"
 

@@ -12,7 +12,7 @@ from sqlalchemy import Select, and_, case, delete, false, or_, select, true, upd
 from sqlalchemy.orm import Session
 
 from core.wire import JobKind, JobState, Stage
-from service import github, reports
+from service import github, stored_reports
 from service.config import Settings
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 
@@ -216,8 +216,8 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
 
 def refresh_build(session: Session, build_id: int) -> None:
     """Recompute and store the build's verdict (the grid reads the stored column)."""
-    from service import bisect  # a bisection creates jobs through this module
-    from service.report import build_report  # the report imports this module
+    from service import bisection_runs  # a bisection creates jobs through this module
+    from service.assemble import build_report  # the report imports this module
 
     session.flush()
     if _row_locks(session):
@@ -240,8 +240,8 @@ def refresh_build(session: Session, build_id: int) -> None:
     if report.status in ("finished", "cancelled"):
         if build.finished_at is None:
             build.finished_at = utcnow()
-            bisect.build_finished(session, build, report)
-        reports.keep(session, build.id, report)  # it can no longer change
+            bisection_runs.build_finished(session, build, report)
+        stored_reports.keep(session, build.id, report)  # it can no longer change
 
 
 def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> None:

@@ -67,7 +67,7 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
     subject (the migrated schema, a real SQLite file; no GPU needed to queue it)."""
     from core.transitions import Question
     from core.wire import Stage
-    from service import bisect, db
+    from service import bisection_runs, db
     from service.config import Settings
     from service.models import Bisection, Job
 
@@ -83,7 +83,7 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
         bad="fail",
         stages=[Stage.install, Stage.probe, Stage.determinism],
     )
-    driver = bisect.Driver(settings, sessions, on_queued=lambda: None)
+    driver = bisection_runs.Driver(settings, sessions, on_queued=lambda: None)
     with sessions() as session:
         b = Bisection(
             repo="r",
@@ -92,7 +92,7 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
             bad_commit="3" * 40,
             question=question.model_dump(mode="json"),
             commits=["2" * 40, "3" * 40],
-            state=bisect.RUNNING,
+            state=bisection_runs.RUNNING,
             max_builds=8,
             candidates=[],
         )

@@ -14,9 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import feature_regression
+from service.assemble import build_report
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
-from service.report import build_report
 
 SUBJECT = "grouped_gemm_dglu"
 READ = {"importable": True, "present": True, "default": "False", "method": "signature"}

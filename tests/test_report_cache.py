@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from service.reports import REPORT_REVISION
+from service.stored_reports import REPORT_REVISION
 from testkit.service import Service
 from tests.helpers import register, stage_body, submit_wheel
 

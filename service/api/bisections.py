@@ -11,7 +11,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.transitions import Question
-from service import bisect, notify
+from service import bisection_runs, notify
 from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Bisection, BisectionStep, Build
@@ -75,7 +75,7 @@ def _end(build_id: int | None, commit: str) -> BisectionEnd:
 
 
 def bisection_public(session: Session, b: Bisection) -> BisectionPublic:
-    question = bisect.question_of(b)
+    question = bisection_runs.question_of(b)
     steps = []
     for s in b.steps:
         build = session.get(Build, s.build_id) if s.build_id else None
@@ -167,11 +167,11 @@ def cancel_bisection(
 ) -> BisectionPublic:
     """Cancel a bisection and the step builds it still runs (submit token)."""
     found = get_bisection(session, bisection_id)
-    if found.state not in (bisect.OPEN, bisect.RUNNING):
+    if found.state not in (bisection_runs.OPEN, bisection_runs.RUNNING):
         raise Conflict(f"bisection {bisection_id} is already {found.state}")
     with request.app.state.bisect.lock:  # the driver does not queue a step meanwhile
         session.refresh(found)
-        bisect.cancel(session, found)
+        bisection_runs.cancel(session, found)
         session.commit()
     notify.queue_changed(request.app)
     return bisection_public(session, found)

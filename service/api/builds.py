@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, selectinload
 
 from core.wire import BuildReport, BuildsPage
-from service import notify, queue, reports
+from service import notify, queue, stored_reports
+from service.assemble import build_report, summary
 from service.build_list import filtered_builds
 from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Build
-from service.report import build_report, summary
 
 router = APIRouter(prefix="/api/builds", tags=["builds"])
 
@@ -57,14 +57,14 @@ def get_build(session: SessionDep, build_id: int) -> Build:
     return build
 
 
-def _rendered(request: Request, build_id: int) -> reports.Rendered:
+def _rendered(request: Request, build_id: int) -> stored_reports.Rendered:
     session: Session
     with request.app.state.sessions() as session:
-        found = reports.stored(session, build_id)
+        found = stored_reports.stored(session, build_id)
         if found is not None:
             return found
         report = build_report(session, get_build(session, build_id))
-        return reports.keep_after_read(session, build_id, report)
+        return stored_reports.keep_after_read(session, build_id, report)
 
 
 @router.get(
@@ -77,10 +77,10 @@ async def read_build(request: Request, build_id: IdPath) -> Response:
 
     With an ``ETag``; a finished build's report never changes and is served as stored.
     """
-    rendered = reports.MEMORY.get(build_id)  # a finished report, read before: no database
+    rendered = stored_reports.MEMORY.get(build_id)  # a finished report, read before: no database
     if rendered is None:
         rendered = await run_in_threadpool(_rendered, request, build_id)
-    return reports.respond(request, rendered)
+    return stored_reports.respond(request, rendered)
 
 
 @router.post("/{build_id}/cancel", response_model=BuildReport)

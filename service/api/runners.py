@@ -31,7 +31,16 @@ from core.wire import (
     Stage,
     StagePost,
 )
-from service import feature_regression, history, limits, memory, notify, queue, uploads
+from service import (
+    determinism_records,
+    feature_regression,
+    limits,
+    notify,
+    queue,
+    remembered_configs,
+    uploads,
+)
+from service.assemble import store_stage
 from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
 from service.errors import (
     BadRequest,
@@ -43,7 +52,6 @@ from service.errors import (
     StaleLease,
 )
 from service.models import Artifact, Job, Runner, utcnow
-from service.report import store_stage
 
 router = APIRouter(prefix="/api", tags=["runners"])
 
@@ -138,7 +146,9 @@ def _lease(
     request: Request, session: Session, job: Job, token: str, lease_seconds: int
 ) -> JobLease:
     build = job.build
-    start_configs = memory.start_configs(session, job.family) if job.kind == JobKind.gpu else []
+    start_configs = (
+        remembered_configs.start_configs(session, job.family) if job.kind == JobKind.gpu else []
+    )
     wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
     assert job.lease_expires_at is not None
     return JobLease(
@@ -248,7 +258,7 @@ def post_stage(
         result = feature_regression.with_line_severity(session, job.build, result)
     row = store_stage(session, job, result)
     session.flush()
-    history.record_determinism(session, job, body.result, settings.cost_factor)
+    determinism_records.record_determinism(session, job, body.result, settings.cost_factor)
     if body.result.name == Stage.probe:
         feature_regression.add_line_findings(session, job.build, job)
     queue.refresh_build(session, job.build_id)
@@ -272,7 +282,7 @@ def finish_job(
     if job.kind == "build":
         queue.release_waiting(session, job.build)
     if job.kind == JobKind.gpu:
-        memory.remember(session, job)
+        remembered_configs.remember(session, job)
     queue.refresh_build(session, job.build_id)
     session.commit()
     notify.queue_changed(request.app)

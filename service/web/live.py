@@ -19,11 +19,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
+from service.assemble import status_of
 from service.config import Settings
 from service.deps import IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, utcnow
-from service.report import status_of
 from service.web.cells import job_stage_cell, verdict_cell
 from service.web.queries import alive, load_jobs
 

@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from core.subjects import SUBJECTS
 from core.wire import STAGE_ORDER, Stage
+from service.assemble import status_of
 from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
 from service.queue import alive_families
-from service.report import status_of
 from service.web.cells import (
     CapView,
     Cell,

@@ -21,10 +21,10 @@ from sqlalchemy import select
 from core.subjects import SUBJECTS
 from core.wire import STAGE_ORDER, RefusalReport, Verdict
 from service.api.bisections import of_build
+from service.assemble import build_report
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
-from service.report import build_report
 from service.web import bisections, live, runners, trends
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs

@@ -55,7 +55,7 @@ def build_finished(session: Session, build: Build, report: BuildReport) -> None:
         return
     if build.cancelled_at is not None:
         return
-    from service.report import build_report  # the report module imports the queue
+    from service.assemble import build_report  # the report module imports the queue
 
     prev = previous_on_branch(session, build)
     if prev is None or not prev.commit or prev.commit == build.commit:
@@ -182,7 +182,7 @@ class Driver:
         bisection.state = RUNNING
 
     def _advance(self, session: Session, bisection: Bisection) -> int:
-        from service.report import build_report
+        from service.assemble import build_report
 
         question = question_of(bisection)
         for step in bisection.steps:

@@ -29,7 +29,7 @@ from core.wire import (
     Status,
     Verdict,
 )
-from service.history import history_rows
+from service.determinism_records import history_rows
 from service.models import (
     Build,
     CapabilityRow,
