@@ -26,6 +26,7 @@ from core import commits as git
 from core.bisection import Answer, Mark, Search, Step
 from core.transitions import Question, detect, judge, observe
 from core.wire import BuildReport, Stage, Status
+from service import events, queue, stored_reports
 from service.config import Settings
 from service.models import Bisection, BisectionStep, Build, utcnow
 
@@ -55,12 +56,10 @@ def build_finished(session: Session, build: Build, report: BuildReport) -> None:
         return
     if build.cancelled_at is not None:
         return
-    from service.assemble import build_report  # the report module imports the queue
-
     prev = previous_on_branch(session, build)
     if prev is None or not prev.commit or prev.commit == build.commit:
         return
-    questions = detect(build_report(session, prev), report)
+    questions = detect(stored_reports.current(session, prev), report)
     if not questions:
         return
     taken = session.scalars(select(Bisection).where(Bisection.bad_build_id == build.id)).first()
@@ -121,6 +120,7 @@ class Driver:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect")
 
     def install(self) -> None:
+        events.listen(self.sessions, build_finished)
         event.listen(self.sessions, "after_commit", self._after_commit)
 
     def _after_commit(self, session: Session) -> None:
@@ -182,8 +182,6 @@ class Driver:
         bisection.state = RUNNING
 
     def _advance(self, session: Session, bisection: Bisection) -> int:
-        from service.assemble import build_report
-
         question = question_of(bisection)
         for step in bisection.steps:
             if step.mark is not None:
@@ -194,7 +192,7 @@ class Driver:
             if build is None or build.cancelled_at is not None:
                 step.mark, step.detail = Mark.skip.value, "the build was cancelled"
                 continue
-            report = build_report(session, build)
+            report = stored_reports.current(session, build)
             mark = judge(question, report)
             step.mark = mark.value
             step.detail = observe(question, report) or _skip_detail(question, report)
@@ -214,8 +212,6 @@ class Driver:
     def _queue_step(
         self, session: Session, bisection: Bisection, question: Question, commit: str
     ) -> None:
-        from service import queue
-
         build = Build(
             source="commit",
             repo=bisection.repo,
@@ -258,8 +254,6 @@ class Driver:
 
 def cancel(session: Session, bisection: Bisection) -> None:
     """End the bisection and the step builds it still runs."""
-    from service import queue
-
     if bisection.state not in (OPEN, RUNNING):
         return
     for step in bisection.steps:

@@ -70,3 +70,8 @@ def migrate(url: str) -> None:
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def locks_rows(session: Session) -> bool:
+    """Postgres locks rows; SQLite has one writer at a time, so its writes never interleave."""
+    return session.get_bind().dialect.name == "postgresql"

@@ -196,6 +196,18 @@ def may_post(session: Session, build_id: int) -> bool:
     return build is not None and build.bisection_id is None
 
 
+def wants_statuses(session: Session, build: Build) -> bool:
+    """Whether a change of this build's jobs is told to GitHub at all."""
+    reporter = session.info.get("github")
+    return (
+        isinstance(reporter, StatusReporter)
+        and reporter.enabled
+        and build.source == "commit"
+        and bool(build.commit)
+        and may_post(session, build.id)
+    )
+
+
 def queue_statuses(session: Session, report: BuildReport) -> None:
     """Queue every context of a commit build; they are sent after the commit, changes only."""
     reporter = session.info.get("github")

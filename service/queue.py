@@ -12,8 +12,9 @@ from sqlalchemy import Select, and_, case, delete, false, or_, select, true, upd
 from sqlalchemy.orm import Session
 
 from core.wire import JobKind, JobState, Stage
-from service import github, stored_reports
+from service import events
 from service.config import Settings
+from service.db import locks_rows
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 
 log = logging.getLogger("fe_ci.queue")
@@ -93,7 +94,7 @@ def create_jobs(
 def announce(session: Session, build: Build) -> None:
     """A new build: store its first verdict (pending); a commit build's statuses go out."""
     session.flush()
-    refresh_build(session, build.id)
+    events.job_changed(session, build.id)
 
 
 def reuse_artifact(session: Session, build: Build) -> bool:
@@ -121,14 +122,9 @@ def _clear_attempt(session: Session, job_id: int) -> None:
     session.execute(delete(StageRow).where(StageRow.job_id == job_id))
 
 
-def _row_locks(session: Session) -> bool:
-    """Postgres locks rows; SQLite has one writer at a time, so its writes never interleave."""
-    return session.get_bind().dialect.name == "postgresql"
-
-
 def _skip_locked(session: Session, stmt: Select[Any]) -> Select[Any]:
     """Rows another transaction is changing are not ours to take: skip them where rows lock."""
-    return stmt.with_for_update(skip_locked=True) if _row_locks(session) else stmt
+    return stmt.with_for_update(skip_locked=True) if locks_rows(session) else stmt
 
 
 def sweep(session: Session, now: datetime | None = None) -> int:
@@ -172,7 +168,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
     if changed:
         session.flush()
         for build_id in sorted({j.build_id for j in (*expired, *overdue)}):  # one lock order
-            refresh_build(session, build_id)
+            events.job_changed(session, build_id)
     return changed
 
 
@@ -214,36 +210,6 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
     return job, token
 
 
-def refresh_build(session: Session, build_id: int) -> None:
-    """Recompute and store the build's verdict (the grid reads the stored column)."""
-    from service import bisection_runs  # a bisection creates jobs through this module
-    from service.assemble import build_report  # the report imports this module
-
-    session.flush()
-    if _row_locks(session):
-        # Two jobs of one build finishing at once: without the lock each transaction reads the
-        # other's job as still running and the build keeps `pending` for ever. Waiting for the
-        # build row serialises them; each statement after it reads what the other committed,
-        # so drop what this session loaded before the wait.
-        build = session.get(Build, build_id, with_for_update=True)
-        session.expire_all()
-    else:
-        build = session.get(Build, build_id)
-    if build is None:
-        return
-    session.expire(build)
-    report = build_report(session, build)
-    if build.source == "commit" and build.commit:
-        github.queue_statuses(session, report)  # each job's context, sent when it changed
-    build.verdict = report.verdict
-    build.verdict_reason = report.verdict_reason
-    if report.status in ("finished", "cancelled"):
-        if build.finished_at is None:
-            build.finished_at = utcnow()
-            bisection_runs.build_finished(session, build, report)
-        stored_reports.keep(session, build.id, report)  # it can no longer change
-
-
 def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> None:
     """Queued jobs end; a running stage is stopped at its next heartbeat."""
     now = utcnow()
@@ -253,7 +219,7 @@ def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> N
             job.state = JobState.cancelled
             job.finished_at = now
             job.reason = reason
-    refresh_build(session, build.id)
+    events.job_changed(session, build.id)
 
 
 def release_waiting(session: Session, build: Build) -> None:

@@ -1,7 +1,7 @@
 """A finished build's report is immutable: rendered once, stored, served with an ETag.
 
 A build whose jobs have all ended (``finished`` or ``cancelled``) accepts no more results, so its
-report can no longer change. It is stored when the build finishes (``queue.refresh_build``), or on
+report can no longer change. It is stored when the build finishes (``events.job_changed``), or on
 its first read for a build finished before this table existed, and kept in memory after that (a
 bounded LRU: an entry never goes stale). ``REPORT_REVISION`` names the shape of the report and the
 verdict's rules; a stored report of another revision is computed again.
@@ -20,7 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core.wire import BuildReport, BuildStatus
-from service.models import FinishedReport, utcnow
+from service.assemble import build_report
+from service.models import Build, FinishedReport, utcnow
 
 REPORT_REVISION = 1
 MEMORY_ENTRIES = 512
@@ -103,6 +104,18 @@ def keep_after_read(session: Session, build_id: int, report: BuildReport) -> Ren
             session.rollback()
         MEMORY.put(build_id, rendered)
     return rendered
+
+
+def current(session: Session, build: Build) -> BuildReport:
+    """The build's report as every reader sees it: once final, the stored one (never computed
+    again); before that, assembled from the rows as they stand."""
+    rendered = MEMORY.get(build.id) or stored(session, build.id)
+    if rendered is not None:
+        return BuildReport.model_validate_json(rendered.body)
+    report = build_report(session, build)
+    if report.status in FINAL:  # finished before reports were stored
+        keep_after_read(session, build.id, report)
+    return report
 
 
 def _matches(header: str | None, etag: str) -> bool:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import httpx
 
 from service.stored_reports import REPORT_REVISION
-from testkit.service import Service
+from testkit.service import Service, service_env
 from tests.helpers import register, stage_body, submit_wheel
 
 
@@ -65,3 +69,52 @@ def test_the_stored_report_is_what_is_served_unless_its_revision_is_old(service:
             "SELECT revision FROM finished_reports WHERE build_id = ?", (recomputed,)
         ).fetchone()
     assert revision == REPORT_REVISION
+
+
+def _computed(svc: Service, build_id: int) -> int:
+    """How often the service assembled the build's report (its debug log says each time)."""
+    return svc.log_path.read_text().count(f"event=report_computed build={build_id} ")
+
+
+def test_a_report_is_computed_once_per_job_event_and_never_on_a_read(tmp_path: Path) -> None:
+    """Submitting and finishing are the build's events (two computations for a one-job wheel);
+    a claim of a wheel's job and its stage posts compute nothing, and a finished build's page,
+    JUnit and API read the stored report: a stored body changed behind the service's back is
+    what they show."""
+    data = tmp_path / "data"
+    argv = [sys.executable, "-m", "runner.cli", "serve", "--port", "{port}"]
+    svc = Service(data, service_env(data), command=[*argv, "--log-level", "debug"]).start()
+    try:
+        runner = register(svc, "r1")
+        build_id = submit_wheel(svc)
+        assert _computed(svc, build_id) == 1
+        lease = runner.post("/api/jobs/claim", json={}).json()
+        token, job = lease["lease_token"], lease["job_id"]
+        for stage in ("install", "probe", "refusal"):
+            body = stage_body(token, stage)
+            assert runner.post(f"/api/jobs/{job}/stages", json=body).status_code == 201
+        assert _computed(svc, build_id) == 1
+        assert (
+            runner.post(f"/api/jobs/{job}/finish", json={"lease_token": token}).status_code == 200
+        )
+        assert _computed(svc, build_id) == 2
+        with svc.db() as conn:
+            (body,) = conn.execute(
+                "SELECT body FROM finished_reports WHERE build_id = ?", (build_id,)
+            ).fetchone()
+            stored = json.loads(body)
+            stored["verdict_reason"] = "as stored, not recomputed"
+            conn.execute(
+                "UPDATE finished_reports SET body = ? WHERE build_id = ?",
+                (json.dumps(stored), build_id),
+            )
+        for _ in range(3):
+            page = httpx.get(f"{svc.url}/builds/{build_id}")
+            junit = httpx.get(f"{svc.url}/builds/{build_id}/junit.xml")
+            api = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+            assert "as stored, not recomputed" in page.text
+            assert api["verdict_reason"] == "as stored, not recomputed"
+            assert junit.status_code == 200
+        assert _computed(svc, build_id) == 2
+    finally:
+        svc.stop()

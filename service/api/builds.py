@@ -94,4 +94,4 @@ def cancel_build(
     queue.cancel_build(session, build)
     session.commit()
     notify.queue_changed(request.app)
-    return build_report(session, build)
+    return stored_reports.current(session, build)

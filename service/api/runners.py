@@ -33,6 +33,7 @@ from core.wire import (
 )
 from service import (
     determinism_records,
+    events,
     feature_regression,
     limits,
     notify,
@@ -186,7 +187,7 @@ def _claim_once(request: Request, runner_id: int) -> JobLease | None:
         got = queue.claim(session, runner, settings.lease_seconds)
         lease = _lease(request, session, *got, settings.lease_seconds) if got else None
         if got:
-            queue.refresh_build(session, got[0].build_id)
+            events.job_started(session, got[0].build_id)
         session.commit()
         return lease
 
@@ -261,7 +262,6 @@ def post_stage(
     determinism_records.record_determinism(session, job, body.result, settings.cost_factor)
     if body.result.name == Stage.probe:
         feature_regression.add_line_findings(session, job.build, job)
-    queue.refresh_build(session, job.build_id)
     session.commit()
     return {"stage_id": row.id}
 
@@ -283,7 +283,7 @@ def finish_job(
         queue.release_waiting(session, job.build)
     if job.kind == JobKind.gpu:
         remembered_configs.remember(session, job)
-    queue.refresh_build(session, job.build_id)
+    events.job_changed(session, job.build_id)
     session.commit()
     notify.queue_changed(request.app)
     return {"state": job.state}

@@ -20,8 +20,8 @@ from sqlalchemy import select
 
 from core.subjects import SUBJECTS
 from core.wire import STAGE_ORDER, RefusalReport, Verdict
+from service import stored_reports
 from service.api.bisections import of_build
-from service.assemble import build_report
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
@@ -130,7 +130,7 @@ def read_build_page(
     if build is None:
         return _not_found(request, f"No build {build_id}.")
     now = utcnow()
-    report = build_report(session, build)
+    report = stored_reports.current(session, build)
     views = {j.id: j for j in load_jobs(session, [build_id]).get(build_id, [])}
     names = [j.runner for j in report.jobs if j.runner]
     labels = {
@@ -162,7 +162,7 @@ def read_build_junit(session: SessionDep, build_id: IdPath) -> Response:
     build = session.get(Build, build_id)
     if build is None:
         raise NotFound(f"no build {build_id}")
-    body = junit_xml(build_report(session, build))
+    body = junit_xml(stored_reports.current(session, build))
     headers = {"Content-Disposition": f'attachment; filename="fe-ci-build-{build_id}-junit.xml"'}
     return Response(body, media_type="application/xml", headers=headers)
 

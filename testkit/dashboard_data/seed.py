@@ -1,6 +1,6 @@
 """Seeding a database: the runners, then each scenario once (``seed_all``, for the browser tests)
 or cycled by the thousand (``seed_many``, for the benchmarks). Verdicts come from the service's own
-rule (``queue.refresh_build``), computed once per scenario and copied to its repeats.
+rule (``events.job_changed``), computed once per scenario and copied to its repeats.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from service.events import job_changed
 from service.models import Build, Runner, utcnow
-from service.queue import refresh_build
 from testkit.dashboard_data.rows import Ctx, Seeder
 from testkit.dashboard_data.scenarios import SCENARIOS, scenario_pass
 
@@ -58,7 +58,7 @@ def refresh(engine: Engine, build_ids: list[int]) -> dict[int, tuple[str, str]]:
     out = {}
     with Session(engine) as session:
         for build_id in build_ids:
-            refresh_build(session, build_id)
+            job_changed(session, build_id)
             build = session.get(Build, build_id)
             assert build is not None
             out[build_id] = (build.verdict, build.verdict_reason)
