@@ -1,4 +1,4 @@
-"""The verdict of a build: one rule, in the order of DESIGN.md's table.
+"""The verdict of a build: one rule, in the order of the table in docs/architecture.md.
 
 Used by the service (over the stored report) and by ``fe-ci validate`` (over a local one), so the
 two can never disagree. ``not_applicable`` never lowers the verdict. Subjects are judged across

@@ -1,7 +1,8 @@
 """The wire boundary: every model the service and the runner exchange, and the build report.
 
 The service imports this module; it must not import FastAPI or SQLAlchemy, so a runner host needs
-neither. Field names here are the public contract of DESIGN.md: add fields freely, rename none.
+neither. Field names here are the public contract (README.md, docs/architecture.md): add
+fields freely, rename none.
 ``Check``, ``Finding``, ``Capability``, ``DriftRow``, ``RefusalRow`` and ``StageResult`` mirror the
 documents a stage writes inside the candidate (``runner/inside/documents.py``): a field added here
 is added there (``tests/test_documents.py`` keeps the two in step).

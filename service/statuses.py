@@ -2,7 +2,7 @@
 
 Contexts: ``fe-ci/build`` (the builder's job), ``fe-ci/probe`` (the CPU job: install, probe,
 refusal), ``fe-ci/sm_90``, ``fe-ci/sm_100``, ... (one per GPU family), and ``fe-ci/determinism``,
-the build's verdict as DESIGN.md defines it. A job's own state comes from the same verdict rule
+the build's verdict (core/verdict.py). A job's own state comes from the same verdict rule
 applied to that job alone: a GPU job answers for the subjects of its family, the CPU job also
 for the build's error findings (the probe's). Pure functions over the build report.
 """

@@ -28,7 +28,7 @@ needs_chromium = pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason=f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup does)",
 )
-# Every state and verdict of DESIGN.md, with the text its cell must show.
+# Every state and verdict (docs/architecture.md), with the text its cell must show.
 STATE_TEXT = {
     "pending": "pending",
     "running": "running",

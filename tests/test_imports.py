@@ -107,7 +107,7 @@ def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str
 
 # ------------------------------------------------------------------ the runner's own modules
 
-# What a runner host must not need (DESIGN: the runner never imports the service's stack).
+# What a runner host must not need: the runner never imports the service's stack.
 SERVICE_STACK = ("service", "fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
 RUNNER_MODULES = sorted(
     pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"

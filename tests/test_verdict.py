@@ -1,4 +1,4 @@
-"""The verdict rule: one test per row of DESIGN.md's table, plus the order between rows."""
+"""The verdict rule: one test per row of docs/architecture.md's table, and the order of rows."""
 
 from __future__ import annotations
 

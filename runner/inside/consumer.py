@@ -3,7 +3,7 @@
 One fused grouped-MLP backward step, the way TransformerEngine's fused grouped MLP takes it: the
 FC2 dactivation kernel with per-token probabilities (which produces dprob, the gradient of the
 routing scale), optionally the FC1 bias gradient from the same kernel, and optionally an FC2 scale
-bias whose own reduction adds to dprob. It implements DESIGN.md's consumer contract:
+bias whose own reduction adds to dprob. It implements the consumer contract of docs/architecture.md:
 
 - determinism is requested when ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` or
   ``torch.are_deterministic_algorithms_enabled()``; the variable unset or ``1`` is no request;

@@ -18,7 +18,8 @@ import torch
 from runner.inside.subjects.base import Config, Tolerance, seeded
 from runner.inside.subjects.sdpa_bwd import attention_reference
 
-# BSHD, bf16, causal. DESIGN.md measured the middle one on an H200: knob off, 6 of 7 differed.
+# BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob off, 6 of 7
+# differed.
 CONFIGS = (
     Config("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
     Config("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),

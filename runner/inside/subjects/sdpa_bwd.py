@@ -16,7 +16,7 @@ import torch
 
 from runner.inside.subjects.base import Config, Tolerance, seeded
 
-# The DESIGN.md measurements on an H200: the first never varied, the second varied weakly,
+# Measured on an H200 (docs/determinism.md): the first never varied, the second varied weakly,
 # the larger ones strongly. Ordered small to large; escalation walks them in this order.
 CONFIGS = (
     Config("b1_h8_s512_d64_causal", {"b": 1, "h": 8, "s": 512, "d": 64, "causal": True}),
