@@ -80,6 +80,13 @@ def _stage_result(row: StageRow) -> StageResult:
     )
 
 
+def replaces(held_method: str | None, method: str | None, *, held: bool) -> bool:
+    """Across a build's jobs (rows in id order), which probe speaks for a subject: the first one,
+    unless it could not read the knob (no method answered) and a later one could. The report and
+    the grid both decide with this."""
+    return not held or (bool(method) and not held_method)
+
+
 def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
     """One view per subject across jobs: a job that read the knob wins over one that could not.
 
@@ -99,7 +106,7 @@ def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
             entry_point=row.entry_point,
         )
         held = out.get(row.subject)
-        if held is None or (cap.method and not held.method):
+        if replaces(held.method if held else None, cap.method, held=held is not None):
             out[row.subject] = cap
     return out
 

@@ -14,9 +14,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import feature_regression
-from service.assemble import build_report
+from service.assemble import build_report, merge_capabilities
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
+from service.web.queries import load_caps
 
 SUBJECT = "grouped_gemm_dglu"
 READ = {"importable": True, "present": True, "default": "False", "method": "signature"}
@@ -77,3 +78,26 @@ def test_a_knob_no_job_can_reach_is_a_regression(session: Session) -> None:
     (found,) = _regressions(session, build, job)
     assert found.subject == SUBJECT and found.severity == "error"
     assert build_report(session, build).capabilities[SUBJECT].importable is False
+
+
+@pytest.mark.parametrize(
+    ("caps", "speaks"),
+    [
+        ((UNREAD, READ), 1),  # a job that read the knob beats one that could not
+        ((READ, UNREAD), 0),
+        ((READ, {**READ, "present": False}), 0),  # two readings: the first job's
+        ((UNREAD, {**UNREAD, "error": "later"}), 0),
+    ],
+)
+def test_the_grid_and_the_report_take_the_same_jobs_capability(
+    session: Session, caps: tuple[dict[str, object], ...], speaks: int
+) -> None:
+    build, _job = _build(session, "1.32.0", *caps)
+    rows = session.scalars(
+        select(CapabilityRow).where(CapabilityRow.build_id == build.id).order_by(CapabilityRow.id)
+    ).all()
+    expected = rows[speaks]
+    report = merge_capabilities(rows)[SUBJECT]
+    grid = load_caps(session, [build.id])[build.id][SUBJECT]
+    assert (report.present, report.error) == (expected.present, expected.error)
+    assert (grid.present, grid.error) == (expected.present, expected.error)

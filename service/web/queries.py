@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from core.subjects import SUBJECTS
 from core.wire import STAGE_ORDER, Stage
-from service.assemble import status_of
+from service.assemble import replaces, status_of
 from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
@@ -160,10 +160,13 @@ def load_caps(session: Session, build_ids: list[int]) -> dict[int, dict[str, Cap
         CapabilityRow.method,
     ).where(CapabilityRow.build_id.in_(build_ids))
     out: dict[int, dict[str, CapView]] = defaultdict(dict)
-    for build_id, subject, importable, present, error, knob, method in session.execute(stmt):
-        held = out[build_id].get(subject)
-        if held is None or method:
+    methods: dict[tuple[int, str], str | None] = {}
+    rows = session.execute(stmt.order_by(CapabilityRow.id))
+    for build_id, subject, importable, present, error, knob, method in rows:
+        key = (build_id, subject)
+        if replaces(methods.get(key), method, held=key in methods):
             out[build_id][subject] = CapView(subject, importable, present, error, knob)
+            methods[key] = method
     return out
 
 
