@@ -198,6 +198,27 @@ class RunnerRegistered(_Model):
     token: str
 
 
+class RunnerResume(_Model):
+    """A runner restarted on its host, back under the token it kept (``runner/state.py``)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Jobs whose finished results the runner kept and will send: their leases stay; every other
+    # job leased to the runner belonged to its previous process and is handed back.
+    holding: list[int] = Field(default_factory=list, max_length=1000)
+
+
+class RunnerResumed(_Model):
+    runner_id: int
+    name: str
+    handed_back: list[int] = Field(default_factory=list)
+
+
+class RunnerOffline(_Model):
+    """A runner stopping cleanly; ``holding`` as in ``RunnerResume``."""
+
+    holding: list[int] = Field(default_factory=list, max_length=1000)
+
+
 class ClaimRequest(_Model):
     wait_s: float = Field(default=0.0, ge=0.0, le=30.0)
 

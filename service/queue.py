@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from core.wire import JobKind, JobState, Stage
 from service import events
@@ -127,6 +127,77 @@ def _skip_locked(session: Session, stmt: Select[Any]) -> Select[Any]:
     return stmt.with_for_update(skip_locked=True) if locks_rows(session) else stmt
 
 
+def end_attempt(session: Session, job: Job, now: datetime) -> None:
+    """The leased attempt is over without a result (its lease expired, or its runner gave it up):
+    queue the job again as the next attempt (at most 3), what the attempt posted removed."""
+    _clear_attempt(session, job.id)
+    job.runner_id = None
+    job.lease_token_hash = None
+    job.lease_expires_at = None
+    if job.attempt >= MAX_ATTEMPTS:
+        job.state = JobState.finished
+        job.reason = f"error: the lease expired {job.attempt} times (runner lost)"
+        job.finished_at = now
+    else:
+        job.state = JobState.queued
+        job.attempt += 1
+
+
+def seen_claiming(session: Session, runner_id: int, since: datetime) -> Runner | None:
+    """The runner of a claim waiting since ``since``, marked seen and held until the claim
+    commits (Postgres: its row; SQLite: the write lock), so that its going offline and the claim
+    never cross; None if it said it is stopping since."""
+    runner = session.get(Runner, runner_id, with_for_update=True)
+    assert runner is not None
+    runner.last_seen_at = utcnow()
+    session.flush()
+    session.refresh(runner, ["offline_at"])
+    if runner.offline_at is not None and runner.offline_at >= since:
+        return None
+    runner.offline_at = None  # a call after it stopped: alive again
+    return runner
+
+
+def give_up_leases(session: Session, runner_id: int, keep: set[int]) -> list[int]:
+    """End the attempts leased to a runner that gave them up (it restarted, or is stopping),
+    but for the jobs in ``keep`` (it holds their results); the ids of the jobs handed back.
+
+    The query flushes the caller's change to the runner row first, so a claim of the runner
+    racing this one waits for it and sees it (``seen_claiming``)."""
+    jobs = session.scalars(
+        select(Job).where(Job.runner_id == runner_id, Job.state == JobState.leased)
+    ).all()
+    now = utcnow()
+    handed = [job for job in jobs if job.id not in keep]
+    for job in handed:
+        end_attempt(session, job, now)
+        log.warning(
+            "event=lease_given_up job=%s attempt=%s state=%s", job.id, job.attempt, job.state
+        )
+    for build_id in sorted({job.build_id for job in handed}):
+        events.job_changed(session, build_id)
+    return [job.id for job in handed]
+
+
+def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) -> None:
+    """A lease that never reached its runner (the claim's client was gone): the same attempt is
+    queued again, as if never taken."""
+    with sessions() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None or job.state != JobState.leased:
+            return
+        if job.lease_token_hash != hash_token(lease_token):
+            return
+        job.state = JobState.queued
+        job.runner_id = None
+        job.lease_token_hash = None
+        job.lease_expires_at = None
+        job.started_at = None
+        log.info("event=lease_handed_back job=%s (the claim's client was gone)", job.id)
+        events.job_changed(session, job.build_id)
+        session.commit()
+
+
 def sweep(session: Session, now: datetime | None = None) -> int:
     """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
     now = now or utcnow()
@@ -137,17 +208,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         )
     ).all()
     for job in expired:
-        _clear_attempt(session, job.id)
-        job.runner_id = None
-        job.lease_token_hash = None
-        job.lease_expires_at = None
-        if job.attempt >= MAX_ATTEMPTS:
-            job.state = JobState.finished
-            job.reason = f"error: the lease expired {job.attempt} times (runner lost)"
-            job.finished_at = now
-        else:
-            job.state = JobState.queued
-            job.attempt += 1
+        end_attempt(session, job, now)
         log.warning(
             "event=lease_expired job=%s attempt=%s state=%s", job.id, job.attempt, job.state
         )

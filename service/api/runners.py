@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -26,8 +27,11 @@ from core.wire import (
     JobLease,
     JobState,
     LeasedPost,
+    RunnerOffline,
     RunnerRegister,
     RunnerRegistered,
+    RunnerResume,
+    RunnerResumed,
     Stage,
     StagePost,
 )
@@ -63,9 +67,6 @@ def register_runner(
 ) -> RunnerRegistered:
     """Exchange the registration token for this runner's own token (shown once, stored hashed)."""
     require_registration(request, settings)
-    family = body.labels.get("arch") or None
-    if family is not None and family not in FAMILIES:
-        raise BadRequest(f"unknown arch label {family!r}; expected one of {list(FAMILIES)}")
     token = secrets.token_urlsafe(32)
     runner = session.scalars(select(Runner).where(Runner.name == body.name)).first()
     if runner is None:
@@ -73,9 +74,7 @@ def register_runner(
         session.add(runner)
     else:
         _check_name_free(runner, body.replace, settings.lease_seconds)
-    runner.labels = body.labels
-    runner.family = family
-    runner.builder = body.labels.get("builder", "").lower() in ("1", "true", "yes")
+    _apply_labels(runner, body.labels)
     runner.token_hash = queue.hash_token(token)
     runner.offline_at = None
     runner.last_seen_at = utcnow()
@@ -83,12 +82,43 @@ def register_runner(
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
 
 
+@router.post("/runners/resume", response_model=RunnerResumed)
+def resume_runner(
+    request: Request, body: RunnerResume, session: SessionDep, runner: RunnerDep
+) -> RunnerResumed:
+    """A runner restarted on its host, back under its own token; its old leases handed back."""
+    _apply_labels(runner, body.labels)
+    handed = _give_up_leases(request, session, runner, keep=body.holding)
+    return RunnerResumed(runner_id=runner.id, name=runner.name, handed_back=handed)
+
+
 @router.post("/runners/offline", status_code=204)
-def runner_offline(session: SessionDep, runner: RunnerDep) -> Response:
-    """The calling runner stopped cleanly: show it offline now, not alive until it times out."""
+def runner_offline(
+    request: Request, session: SessionDep, runner: RunnerDep, body: RunnerOffline | None = None
+) -> Response:
+    """The calling runner is stopping: offline now (its waiting claim takes nothing), and the
+    leases it does not hold a result for go back to the queue."""
     runner.offline_at = utcnow()
-    session.commit()
+    _give_up_leases(request, session, runner, keep=body.holding if body else [])
     return Response(status_code=204)
+
+
+def _apply_labels(runner: Runner, labels: dict[str, str]) -> None:
+    family = labels.get("arch") or None
+    if family is not None and family not in FAMILIES:
+        raise BadRequest(f"unknown arch label {family!r}; expected one of {list(FAMILIES)}")
+    runner.labels, runner.family = labels, family
+    runner.builder = labels.get("builder", "").lower() in ("1", "true", "yes")
+
+
+def _give_up_leases(
+    request: Request, session: Session, runner: Runner, keep: list[int]
+) -> list[int]:
+    handed = queue.give_up_leases(session, runner.id, keep=set(keep))
+    session.commit()
+    if handed:
+        notify.queue_changed(request.app)
+    return handed
 
 
 def _check_name_free(runner: Runner, replace: bool, lease_seconds: int) -> None:
@@ -176,13 +206,16 @@ def _lease(
     )
 
 
-def _claim_once(request: Request, runner_id: int) -> JobLease | None:
+def _claim_once(
+    request: Request, runner_id: int, since: datetime
+) -> JobLease | Literal["gone"] | None:
     settings = request.app.state.settings
     session: Session
     with request.app.state.sessions() as session:
-        runner = session.get(Runner, runner_id)
-        assert runner is not None
-        runner.last_seen_at = utcnow()
+        runner = queue.seen_claiming(session, runner_id, since)
+        if runner is None:  # it said it is stopping while this claim waited
+            session.commit()
+            return "gone"
         queue.sweep(session)
         got = queue.claim(session, runner, settings.lease_seconds)
         lease = _lease(request, session, *got, settings.lease_seconds) if got else None
@@ -194,12 +227,22 @@ def _claim_once(request: Request, runner_id: int) -> JobLease | None:
 
 @router.post("/jobs/claim", response_model=JobLease, responses={204: {"description": "no job"}})
 async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> Response | JobLease:
-    """Lease the next job this runner can take; waits up to ``wait_s`` for one to appear."""
-    deadline = time.monotonic() + body.wait_s
+    """Lease the next job this runner can take, waiting up to ``wait_s`` for one; a claim whose
+    runner went away meanwhile (connection closed, or stopping) takes none."""
+    since, deadline = utcnow(), time.monotonic() + body.wait_s
     while True:
+        if await request.is_disconnected():
+            return Response(status_code=204)  # nobody is left to take the answer
         event = notify.current_event(request.app)
-        lease = await run_in_threadpool(_claim_once, request, runner.id)
-        if lease is not None:
+        lease = await run_in_threadpool(_claim_once, request, runner.id, since)
+        if lease == "gone":
+            return Response(status_code=204)
+        if isinstance(lease, JobLease):
+            if await request.is_disconnected():  # it left as the job was taken: hand it back
+                sessions = request.app.state.sessions
+                await run_in_threadpool(queue.hand_back, sessions, lease.job_id, lease.lease_token)
+                notify.queue_changed(request.app)
+                return Response(status_code=204)
             return lease
         remaining = deadline - time.monotonic()
         if remaining <= 0:
