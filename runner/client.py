@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +17,25 @@ from core.wire import (
     JobFinish,
     JobLease,
     LeasedPost,
+    RunnerOffline,
     RunnerRegister,
     RunnerRegistered,
+    RunnerResume,
+    RunnerResumed,
     StagePost,
     StageResult,
 )
 
 
 class ServiceError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After
 
     @property
     def fatal(self) -> bool:
@@ -38,16 +46,41 @@ class ServiceError(Exception):
     def stale(self) -> bool:
         return self.status == 409
 
+    @property
+    def transient(self) -> bool:
+        """5xx (the service, or a proxy before it, is restarting or overloaded), 408, 429."""
+        return self.status >= 500 or self.status in (408, 429)
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds: delta-seconds or an HTTP date; None if unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
 
 def _raise_for(resp: httpx.Response) -> None:
     if resp.is_success:
         return
     try:
-        err = resp.json().get("error", {})
+        body = resp.json()
+        err = body.get("error", {}) if isinstance(body, dict) else {}
     except ValueError:
         err = {}
     raise ServiceError(
-        resp.status_code, err.get("code", "http_error"), err.get("message", resp.text)
+        resp.status_code,
+        str(err.get("code", "http_error")),
+        str(err.get("message", resp.text[:500])),
+        retry_after=retry_after(resp.headers.get("retry-after")),
     )
 
 
@@ -83,9 +116,16 @@ class Client:
         resp = self._post("/api/runners/register", body, token=registration_token)
         return RunnerRegistered.model_validate(resp.json())
 
-    def offline(self) -> None:
-        """Tell the service this runner stopped cleanly."""
-        self._post("/api/runners/offline", None)
+    def resume(self, labels: dict[str, str], holding: list[int]) -> RunnerResumed:
+        """Come back under the identity (token) kept from an earlier start of this runner."""
+        body = RunnerResume(labels=labels, holding=holding).model_dump()
+        return RunnerResumed.model_validate(self._post("/api/runners/resume", body).json())
+
+    def offline(self, holding: list[int], timeout: float) -> None:
+        """Tell the service this runner is stopping; it keeps the leases of ``holding`` (jobs
+        whose results this runner kept to send later) and hands every other back."""
+        body = RunnerOffline(holding=holding).model_dump()
+        self._post("/api/runners/offline", body, timeout=timeout)
 
     def claim(self, wait_s: float = 0.0) -> JobLease | None:
         resp = self._post(

@@ -44,6 +44,9 @@ class RunnerSettings(BaseSettings):
     cost_factor: float = Field(default=1.25, gt=1)  # validate --previous: cost regression gate
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)
+    # back-off through a service outage: jittered, doubling from the first wait up to the cap
+    retry_initial_s: float = Field(default=1.0, gt=0)
+    retry_max_s: float = Field(default=30.0, gt=0)
     # keep warm parents (torch and the dependency layer imported) for the CPU stages
     warm_workers: bool = True
 

@@ -36,6 +36,7 @@ def start_runner(
         "FE_CI_STAGE_TIMEOUT_S": "120",
         "FE_CI_POLL_INTERVAL_S": "0.2",
         "FE_CI_CLAIM_WAIT_S": "1",
+        "FE_CI_RETRY_MAX_S": "1",
         **env,
     }
     return svc.start_runner(tmp_path / f"{name}.log", module=module, **settings)
@@ -251,7 +252,8 @@ def test_a_starting_replica_leaves_another_ones_upload_in_flight_alone(
 
 def test_runner_keeps_its_job_through_a_short_service_outage(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The service is away for 5 s of a 15 s lease, while the probe stage ends: the runner holds
-    on, reports the stage when the service is back, and finishes the job as attempt 1."""
+    on, keeps the stage's result for later (the next stage runs meanwhile), reports it when the
+    service is back, and finishes the job as attempt 1."""
     svc: Service = make_service(FE_CI_LEASE_SECONDS="15", FE_CI_SWEEP_INTERVAL_S="0.3")
     build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.3", sleepy(1)))
     runner = start_runner(svc, tmp_path, "r1")
