@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.subjects import SUBJECTS
+from core.text import shorten
 from core.wire import (
     BuildReport,
+    Cause,
+    JobKind,
     JobReport,
     JobState,
     NotRun,
@@ -25,6 +28,20 @@ from core.wire import (
 # The one place for these sets: the grid, the build page and the JUnit XML read them from here.
 ERRORED = frozenset({Status.error, Status.timeout, Status.crashed})  # ended without an answer
 RAN = frozenset({Status.pass_, Status.fail, Status.inconclusive}) | ERRORED  # a check that ran
+REASON_CHARS = 240  # the verdict's reason: a summary; the cause list says the rest
+CAUSE_CHARS = 300  # one cause's reason, on one line
+# The stage a finding comes from, by kind; any other kind is the probe's (its ledger, its
+# comparison with the line's previous build). The grid colours that stage's cell by it.
+FINDING_STAGES: dict[str, Stage] = {
+    "consumer_gap": Stage.refusal,
+    "compile_only_unavailable": Stage.determinism,
+    "deterministic_bits_changed": Stage.determinism,
+    "determinism_cost_regressed": Stage.determinism,
+}
+
+
+def finding_stage(kind: str) -> Stage:
+    return FINDING_STAGES.get(kind, Stage.probe)
 
 
 @dataclass(frozen=True)
@@ -49,9 +66,14 @@ def uncovered_subjects(report: BuildReport) -> dict[str, str]:
     present = [name for name, cap in report.capabilities.items() if cap.importable and cap.present]
     covered: set[str] = set()
     skip_reasons: dict[str, str] = {}
-    for _job, stage in _stages(report.jobs):
+    stage_reasons: dict[str, str] = {}  # a whole stage skipped: why ("excluded by --stages")
+    for job, stage in _stages(report.jobs):
         if stage.name != Stage.determinism:
             continue
+        if stage.status == Status.skipped and stage.reason:
+            for name in present:
+                if job.family is None or job.family in _families(name):
+                    stage_reasons.setdefault(name, stage.reason)
         for check in stage.checks:
             subject = check.name.split(".", 1)[0]
             if check.status in RAN or check.status == Status.not_applicable:
@@ -62,9 +84,13 @@ def uncovered_subjects(report: BuildReport) -> dict[str, str]:
     for name in present:
         if name in covered:
             continue
-        families = SUBJECTS[name].families if name in SUBJECTS else ()
-        out[name] = skip_reasons.get(name) or no_runner(families)
+        why = skip_reasons.get(name) or stage_reasons.get(name)
+        out[name] = why or no_runner(_families(name))
     return out
+
+
+def _families(name: str) -> tuple[str, ...]:
+    return SUBJECTS[name].families if name in SUBJECTS else ()
 
 
 def not_run(report: BuildReport) -> list[NotRun]:
@@ -96,8 +122,14 @@ def _skipped_line(missing: dict[str, str]) -> str:
 
 
 def judge(report: BuildReport) -> Judgement:
-    """The verdict, its reason, and the subjects that did not run."""
+    """The verdict, its reason, and the subjects that did not run.
+
+    Where checks, stages, findings or jobs hold the verdict below ``pass``, the reason is a short
+    summary of all of them (``causes`` lists each); never only the first.
+    """
     verdict = _verdict(report)
+    if verdict.verdict in (Verdict.fail, Verdict.error, Verdict.inconclusive):
+        verdict = Judgement(verdict.verdict, summary(causes(report)) or verdict.reason)
     missed = not_run(report)
     if verdict.verdict == Verdict.pending:  # a subject still to run has not been skipped
         missed = [n for n in missed if n.status == Status.not_applicable]
@@ -160,6 +192,144 @@ def _verdict(report: BuildReport) -> Judgement:
     if not stages:
         return Judgement(Verdict.incomplete, "no stage ran")
     return Judgement(Verdict.pass_, "everything applicable ran and passed")
+
+
+def judge_job(report: BuildReport, job: JobReport) -> Judgement:
+    """The verdict rule on one job: its stages, its family's subjects, the probe's errors (on
+    the CPU job). GitHub's per-job contexts and a family's requirement in the gate read it."""
+    caps = {
+        name: cap
+        for name, cap in report.capabilities.items()
+        if job.kind == JobKind.gpu and job.family in _families(name)
+    }
+    errors = [f for f in report.findings if f.severity == Severity.error]
+    alone = report.model_copy(
+        update={
+            "jobs": [job],
+            "capabilities": caps,
+            "findings": errors if job.kind == JobKind.cpu else [],
+        }
+    )
+    return judge(alone)
+
+
+def _cause_reason(text: str, fallback: str) -> str:
+    return shorten(text or fallback, CAUSE_CHARS)
+
+
+def causes(report: BuildReport) -> list[Cause]:
+    """Every check, stage, error finding and job that holds the verdict below ``pass`` (what
+    did not run aside): failures first, then errors, then what certified nothing. Read the
+    repro lines from the report's checks, so give it them first (``core.repro.attach``)."""
+    failed: list[Cause] = []
+    errored: list[Cause] = []
+    unsure: list[Cause] = []
+    for job, stage in _stages(report.jobs):
+        where = {"stage": stage.name, "job_id": job.id, "family": job.family}
+        bad = [c for c in stage.checks if c.status in (Status.fail, *ERRORED, Status.inconclusive)]
+        for check in bad:
+            if check.status == Status.inconclusive and stage.name != Stage.determinism:
+                continue
+            into = {Status.fail: failed, Status.inconclusive: unsure}.get(check.status, errored)
+            into.append(
+                Cause(
+                    kind="check",
+                    name=check.name,
+                    status=check.status.value,
+                    subject=check.name.split(".", 1)[0],
+                    reason=_cause_reason(check.detail, check.status.value),
+                    repro=check.repro,
+                    **where,
+                )
+            )
+        said = {c.status for c in bad}
+        if stage.status in (Status.fail, *ERRORED) and stage.status not in said:
+            into = failed if stage.status == Status.fail else errored
+            into.append(
+                Cause(
+                    kind="stage",
+                    name=stage.name.value,
+                    status=stage.status.value,
+                    reason=_cause_reason(stage.reason, stage.status.value),
+                    **where,
+                )
+            )
+        elif stage.status == Status.inconclusive and stage.name == Stage.determinism and not bad:
+            unsure.append(
+                Cause(
+                    kind="stage",
+                    name=stage.name.value,
+                    status=stage.status.value,
+                    reason=_cause_reason(stage.reason, "inconclusive"),
+                    **where,
+                )
+            )
+    for finding in report.findings:
+        if finding.severity == Severity.error:
+            failed.append(
+                Cause(
+                    kind="finding",
+                    name=finding.kind,
+                    status=Status.fail.value,
+                    stage=finding_stage(finding.kind),
+                    subject=finding.subject,
+                    reason=_cause_reason(finding.message, finding.kind),
+                )
+            )
+    for job in report.jobs:
+        if job.status == JobState.finished and job.reason.startswith("error"):
+            errored.append(
+                Cause(
+                    kind="job",
+                    name=f"{job.family or job.kind.value} job",
+                    status=Status.error.value,
+                    job_id=job.id,
+                    family=job.family,
+                    reason=_cause_reason(job.reason, "error"),
+                )
+            )
+    return failed + errored + unsure
+
+
+def summary(found: list[Cause]) -> str:
+    """The verdict's reason from its causes: the one cause and why, or every cause named (as
+    many as fit; the cause list has them all)."""
+    if not found:
+        return ""
+    if len(found) == 1:
+        c = found[0]
+        return shorten(f"{c.name}: {c.reason}", REASON_CHARS)
+    by_status: dict[str, list[str]] = {}
+    for c in found:
+        names = by_status.setdefault(c.status, [])
+        if c.name not in names:
+            names.append(c.name)
+    parts = [f"{status}: {', '.join(names)}" for status, names in by_status.items()]
+    text = f"{len(found)} problems: {'; '.join(parts)}"
+    if len(text) <= REASON_CHARS:
+        return text
+    return shorten(text, REASON_CHARS - 24) + f" (all {len(found)} listed as causes)"
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A stage or a job that did not run, for the "did not run" list beside ``not_run``."""
+
+    what: str
+    reason: str
+
+
+def missed_stages(report: BuildReport) -> list[Missed]:
+    """Stages skipped on a job, and jobs that ended skipped without a stage, with why."""
+    out: list[Missed] = []
+    for job in report.jobs:
+        label = f"{job.family or job.kind.value} job"
+        for stage in job.stages:
+            if stage.status == Status.skipped:
+                out.append(Missed(f"{stage.name.value} ({label})", stage.reason or "skipped"))
+        if not job.stages and job.status == JobState.finished and job.reason.startswith("skip"):
+            out.append(Missed(label, job.reason))
+    return out
 
 
 EXIT_CODES: dict[Verdict, int] = {

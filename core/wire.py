@@ -79,6 +79,15 @@ class BuildStatus(StrEnum):
     cancelled = "cancelled"
 
 
+class Conclusion(StrEnum):
+    """What the gate says (``core/gate.py``): GitHub's check-run words, plus ``pending``."""
+
+    success = "success"
+    failure = "failure"
+    neutral = "neutral"  # a required check did not run
+    pending = "pending"  # a required check has still to run
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", use_enum_values=False)
 
@@ -290,6 +299,8 @@ class JobReport(_Model):
     reason: str = ""
     environment: Environment = Field(default_factory=Environment)
     stages: list[StageResult] = Field(default_factory=list)
+    # a queued job no alive runner can take, said so: "no runner with arch=sm_100 is alive"
+    waiting: str | None = None
 
 
 class DriftReport(DriftRow):
@@ -306,6 +317,28 @@ class NotRun(_Model):
 
     subject: str
     status: Status  # skipped | not_applicable
+    reason: str
+
+
+class Cause(_Model):
+    """One thing that holds the verdict below ``pass`` (what did not run is ``not_run``)."""
+
+    kind: str  # "check" | "stage" | "finding" | "job"
+    name: str  # the check's name, the stage's, the finding's kind, or "<kind> job"
+    status: str  # fail | error | timeout | crashed | inconclusive
+    stage: Stage | None = None
+    job_id: int | None = None
+    family: str | None = None
+    subject: str | None = None
+    reason: str = ""  # one line, bounded
+    repro: str | None = None  # the one command that reproduces it, where there is one
+
+
+class Gate(_Model):
+    """The required checks (``--require``, ``FE_CI_REQUIRE``) and what they conclude."""
+
+    require: list[str]
+    conclusion: Conclusion
     reason: str
 
 
@@ -347,6 +380,8 @@ class BuildReport(_Model):
     refusal: list[RefusalReport] = Field(default_factory=list)
     not_run: list[NotRun] = Field(default_factory=list)  # every subject that did not run, why
     history: list[HistoryRow] = Field(default_factory=list)
+    causes: list[Cause] = Field(default_factory=list)  # every failing check, stage, finding, job
+    gate: Gate | None = None
 
 
 class BuildSummary(_Model):
