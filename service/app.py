@@ -129,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)
+    app.state.sessions.configure(info={"settings": settings})  # the report reads FE_CI_REQUIRE
     github.StatusReporter(settings).install(app.state.sessions)
     app.state.bisect = bisection_runs.Driver(
         settings, app.state.sessions, on_queued=lambda: notify.queue_changed(app)

@@ -8,8 +8,7 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from core import repro
-from core.verdict import judge
+from core import gate
 from core.wire import (
     BuildReport,
     BuildStatus,
@@ -29,6 +28,8 @@ from core.wire import (
     Status,
     Verdict,
 )
+from service import capable
+from service.config import Settings
 from service.determinism_records import history_rows
 from service.models import (
     Build,
@@ -39,6 +40,7 @@ from service.models import (
     Job,
     RefusalRowDB,
     StageRow,
+    utcnow,
 )
 
 T = TypeVar("T")
@@ -121,6 +123,9 @@ def build_report(session: Session, build: Build) -> BuildReport:
         .order_by(Job.id)
     ).all()
     families = {j.id: j.family for j in jobs}
+    settings = session.info.get("settings")
+    require = settings.require if isinstance(settings, Settings) else [gate.ALL]
+    fleet = _fleet(session, settings, jobs)
     job_reports = [
         JobReport(
             id=j.id,
@@ -134,6 +139,9 @@ def build_report(session: Session, build: Build) -> BuildReport:
             stages=sorted(
                 (_stage_result(s) for s in j.stage_rows), key=lambda s: _STAGE_INDEX[s.name]
             ),
+            waiting=capable.waiting_reason(j.kind, j.family, fleet)
+            if fleet is not None and j.state == JobState.queued
+            else None,
         )
         for j in jobs
     ]
@@ -166,11 +174,14 @@ def build_report(session: Session, build: Build) -> BuildReport:
         refusal=[RefusalReport.model_validate(_columns(r)) for r in refusal],
         history=history_rows(session, build.id),
     )
-    judgement = judge(report)
-    report.verdict = judgement.verdict
-    report.verdict_reason = judgement.reason
-    report.not_run = judgement.not_run
-    return repro.attach(report)
+    return gate.conclude(report, require)
+
+
+def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
+    """The alive runners' capabilities, looked up only when a job is queued."""
+    if not isinstance(settings, Settings) or not any(j.state == JobState.queued for j in jobs):
+        return None
+    return capable.alive(session, settings, utcnow())
 
 
 def once_per_build(rows: list[FindingRow]) -> list[Finding]:

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core import gate
 from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret")
@@ -60,6 +61,9 @@ class Settings(BaseSettings):
     # milliseconds after storing the blob, so an hour never touches one in flight.
     orphan_grace_s: float = Field(default=3600.0, ge=0)
     bisect_max_builds: int = Field(default=8, ge=1, le=64)  # builds one bisection may queue
+    # The required checks that gate a build (core/gate.py says the vocabulary): the report's
+    # ``gate`` and GitHub's ``fe-ci`` context follow them; the verdict stays what it is.
+    require: Annotated[list[str], NoDecode] = [gate.ALL]
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 
@@ -69,6 +73,13 @@ class Settings(BaseSettings):
         if value is not None and (value.lower() in _PLACEHOLDERS or len(value) < 8):
             raise ValueError("a token must be at least 8 characters and not a placeholder")
         return value
+
+    @field_validator("require", mode="before")
+    @classmethod
+    def _known_requirements(cls, value: object) -> list[str]:
+        if not isinstance(value, str | list | tuple):
+            raise ValueError("FE_CI_REQUIRE is a comma-separated list")
+        return gate.parse_require(value)
 
     @field_validator("gpu_archs")
     @classmethod

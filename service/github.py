@@ -68,7 +68,7 @@ class StatusReporter:
         return configured and owner_repo(self.settings.repo_url) is not None
 
     def install(self, sessions: sessionmaker[Session]) -> None:
-        sessions.configure(info={"github": self})
+        sessions.configure(info={**sessions.kw.get("info", {}), "github": self})
         event.listen(sessions, "after_commit", self._after_commit)
 
     def _after_commit(self, session: Session) -> None:

@@ -1,38 +1,46 @@
-"""What GitHub is told about a commit build: one status (or check run) per job, and the build's.
+"""What GitHub is told about a commit build: one status (or check run) per job, and the gate's.
 
 Contexts: ``fe-ci/build`` (the builder's job), ``fe-ci/probe`` (the CPU job: install, probe,
-refusal), ``fe-ci/sm_90``, ``fe-ci/sm_100``, ... (one per GPU family), and ``fe-ci/determinism``,
-the build's verdict (core/verdict.py). A job's own state comes from the same verdict rule
-applied to that job alone: a GPU job answers for the subjects of its family, the CPU job also
-for the build's error findings (the probe's). Pure functions over the build report.
+refusal), ``fe-ci/sm_90``, ``fe-ci/sm_100``, ... (one per GPU family), and ``fe-ci``, which
+follows the build's gate (``core/gate.py``: the required checks, ``FE_CI_REQUIRE``) and says the
+verdict beside it. A job's own state comes from the verdict rule applied to that job alone
+(``core.verdict.judge_job``): a GPU job answers for the subjects of its family, the CPU job also
+for the build's error findings (the probe's).
+
+``incomplete`` is never a success: a check run concludes ``neutral``; a commit status, which has
+no neutral, says ``error`` with a description of what did not run. Descriptions are cut on a word
+boundary at GitHub's 140 characters. Pure functions over the build report.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.subjects import SUBJECTS
-from core.verdict import judge
+from core.gate import ALL
+from core.text import shorten
+from core.verdict import judge_job
 from core.wire import (
     BuildReport,
     Check,
+    Conclusion,
     JobKind,
     JobReport,
     JobState,
-    Severity,
     Status,
     Verdict,
 )
 
-BUILD_CONTEXT = "fe-ci/determinism"
-# Commit status states; DESIGN.md: inconclusive is an error, incomplete a success that says so.
+BUILD_CONTEXT = "fe-ci"
+DESCRIPTION_CHARS = 140  # GitHub's limit for a commit status's description
+# Commit status states: inconclusive is an error; incomplete too (there is no neutral), with a
+# description that says what did not run.
 STATES = {
     Verdict.pending: "pending",
     Verdict.pass_: "success",
     Verdict.fail: "failure",
     Verdict.error: "error",
     Verdict.inconclusive: "error",
-    Verdict.incomplete: "success",
+    Verdict.incomplete: "error",
     Verdict.cancelled: "error",
 }
 # Check-run conclusions, the same rule in the check-runs vocabulary.
@@ -41,8 +49,15 @@ CONCLUSIONS = {
     Verdict.fail: "failure",
     Verdict.error: "failure",
     Verdict.inconclusive: "failure",
-    Verdict.incomplete: "success",
+    Verdict.incomplete: "neutral",
     Verdict.cancelled: "cancelled",
+}
+# The gate's conclusion as a commit status (no neutral: error, described) and a check run.
+GATE_STATES = {
+    Conclusion.success: "success",
+    Conclusion.failure: "failure",
+    Conclusion.neutral: "error",
+    Conclusion.pending: "pending",
 }
 _FAILURE = {Status.fail, Status.error, Status.timeout, Status.crashed}
 
@@ -74,38 +89,33 @@ class CommitStatus:
 
 
 def description(verdict: Verdict, reason: str) -> str:
-    if verdict == Verdict.incomplete:
-        text = f"incomplete: {reason}"
-    elif verdict == Verdict.pending:
-        text = "validating"
+    text = "validating" if verdict == Verdict.pending else f"{verdict.value}: {reason}"
+    return shorten(text, DESCRIPTION_CHARS)
+
+
+def gate_description(report: BuildReport) -> str:
+    """The ``fe-ci`` context's words: the gate, and the verdict where the two differ."""
+    gate = report.gate
+    if gate is None or gate.conclusion == Conclusion.pending:
+        return "validating"
+    if gate.require == [ALL]:
+        return description(report.verdict, report.verdict_reason)
+    required = f"required checks ({','.join(gate.require)})"
+    if gate.conclusion == Conclusion.success:
+        text = f"{required} passed"
+        if report.verdict == Verdict.pending:
+            text += "; validating the rest"
+        elif report.verdict != Verdict.pass_:
+            text += f"; {description(report.verdict, report.verdict_reason)}"
     else:
-        text = f"{verdict.value}: {reason}"
-    return text[:140]  # GitHub's limit
+        text = f"{required} {gate.reason}"
+    return shorten(text, DESCRIPTION_CHARS)
 
 
 def context(job: JobReport) -> str:
     if job.kind == JobKind.gpu:
         return f"fe-ci/{job.family}"
     return "fe-ci/probe" if job.kind == JobKind.cpu else "fe-ci/build"
-
-
-def judge_job(report: BuildReport, job: JobReport) -> tuple[Verdict, str]:
-    """The verdict rule on one job: its stages, its family's subjects, the probe's errors."""
-    caps = {
-        name: cap
-        for name, cap in report.capabilities.items()
-        if job.kind == JobKind.gpu and name in SUBJECTS and job.family in SUBJECTS[name].families
-    }
-    errors = [f for f in report.findings if f.severity == Severity.error]
-    alone = report.model_copy(
-        update={
-            "jobs": [job],
-            "capabilities": caps,
-            "findings": errors if job.kind == JobKind.cpu else [],
-        }
-    )
-    judgement = judge(alone)
-    return judgement.verdict, judgement.reason
 
 
 def _annotations(job: JobReport) -> tuple[Annotation, ...]:
@@ -129,9 +139,20 @@ def _summary(report: BuildReport, job: JobReport | None, url: str) -> str:
     lines = [
         f"Build {report.id} ({report.version or '?'}): **{report.verdict.value}**: "
         f"{report.verdict_reason}",
-        "",
-        f"[The build page]({url})",
     ]
+    if report.gate is not None:
+        required = ", ".join(report.gate.require)
+        lines += [
+            "",
+            f"Gate ({required}): **{report.gate.conclusion.value}**: {report.gate.reason}",
+        ]
+    lines += ["", f"[The build page]({url})"]
+    if job is None and report.causes:
+        lines += ["", "### Causes", ""]
+        lines += [
+            f"- `{c.name}` {c.status}: {c.reason}" + (f" `{c.repro}`" if c.repro else "")
+            for c in report.causes
+        ]
     for j in [job] if job else report.jobs:
         lines += ["", f"### {context(j)} (job {j.id}): {j.status.value} {j.reason}".rstrip()]
         lines += ["", "| stage | status | reason |", "|---|---|---|"]
@@ -166,34 +187,39 @@ def job_status(report: BuildReport, job: JobReport, public_url: str) -> CommitSt
     if job.status == JobState.waiting:
         return status("pending", "waiting for the wheel", "queued")
     if job.status == JobState.queued:
-        return status(
-            "pending", f"waiting for an {job.family} runner" if job.family else "queued", "queued"
-        )
+        if job.family:
+            text = f"waiting for an {job.family} runner"
+        else:
+            text = f"queued: {job.waiting}" if job.waiting else "queued"
+        return status("pending", text, "queued")
     if job.status == JobState.leased:
         return status("pending", f"running on {job.runner or 'a runner'}", "in_progress")
     if job.status == JobState.cancelled:
         verdict, reason = Verdict.cancelled, "the build was cancelled"
     else:
-        verdict, reason = judge_job(report, job)
+        judged = judge_job(report, job)
+        verdict, reason = judged.verdict, judged.reason
     return status(STATES[verdict], description(verdict, reason), "completed", verdict)
 
 
 def build_statuses(report: BuildReport, public_url: str) -> list[CommitStatus]:
-    """Every job's status, then the build's (so the build's verdict is posted last)."""
+    """Every job's status, then the gate's ``fe-ci`` (posted last)."""
     assert report.id is not None and report.commit is not None
     out = [job_status(report, job, public_url) for job in report.jobs]
     url = f"{public_url.rstrip('/')}/builds/{report.id}"
-    done = report.verdict != Verdict.pending
+    conclusion = report.gate.conclusion if report.gate else Conclusion.pending
+    done = conclusion != Conclusion.pending
+    check_run = "cancelled" if report.verdict == Verdict.cancelled else conclusion.value
     out.append(
         CommitStatus(
             build_id=report.id,
             commit=report.commit,
             context=BUILD_CONTEXT,
-            state=STATES[report.verdict],
-            description=description(report.verdict, report.verdict_reason),
+            state=GATE_STATES[conclusion],
+            description=gate_description(report),
             target_url=url,
             phase="completed" if done else "in_progress",
-            conclusion=CONCLUSIONS.get(report.verdict) if done else None,
+            conclusion=check_run if done else None,
             summary=_summary(report, None, url),
             annotations=tuple(a for j in report.jobs for a in _annotations(j)),
         )

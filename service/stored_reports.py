@@ -4,13 +4,15 @@ A build whose jobs have all ended (``finished`` or ``cancelled``) accepts no mor
 report can no longer change. It is stored when the build finishes (``events.job_changed``), or on
 its first read for a build finished before this table existed, and kept in memory after that (a
 bounded LRU: an entry never goes stale). ``REPORT_REVISION`` names the shape of the report and the
-verdict's rules; a stored report of another revision is computed again.
+verdict's rules, and ``revision`` adds the required checks its gate was decided with
+(``FE_CI_REQUIRE``); a stored report of another revision is computed again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -23,7 +25,7 @@ from core.wire import BuildReport, BuildStatus
 from service.assemble import build_report
 from service.models import Build, FinishedReport, utcnow
 
-REPORT_REVISION = 1
+REPORT_REVISION = 2  # 2: the gate and the causes
 MEMORY_ENTRIES = 512
 FINAL = (BuildStatus.finished, BuildStatus.cancelled)
 
@@ -67,6 +69,16 @@ class _Memory:
 MEMORY = _Memory(MEMORY_ENTRIES)
 
 
+def revision(session: Session) -> int:
+    """The revision a report stored by this service has: ``REPORT_REVISION`` under the default
+    requirement (``all``), else with a digest of the required checks in its upper bits."""
+    settings = session.info.get("settings")
+    require: list[str] = getattr(settings, "require", None) or ["all"]
+    if require == ["all"]:
+        return REPORT_REVISION
+    return (REPORT_REVISION << 24) | (zlib.crc32(",".join(require).encode()) & 0xFFFFFF)
+
+
 def keep(session: Session, build_id: int, report: BuildReport) -> Rendered:
     """Store a final report (once; a stored one of the current revision is left as it is)."""
     rendered = render(report)
@@ -76,7 +88,7 @@ def keep(session: Session, build_id: int, report: BuildReport) -> Rendered:
     if row is None:
         row = FinishedReport(build_id=build_id)
         session.add(row)
-    row.revision, row.etag, row.body = REPORT_REVISION, rendered.etag, rendered.body.decode()
+    row.revision, row.etag, row.body = revision(session), rendered.etag, rendered.body.decode()
     row.created_at = utcnow()
     return rendered
 
@@ -84,7 +96,7 @@ def keep(session: Session, build_id: int, report: BuildReport) -> Rendered:
 def stored(session: Session, build_id: int) -> Rendered | None:
     row = session.execute(
         select(FinishedReport.etag, FinishedReport.body).where(
-            FinishedReport.build_id == build_id, FinishedReport.revision == REPORT_REVISION
+            FinishedReport.build_id == build_id, FinishedReport.revision == revision(session)
         )
     ).first()
     if row is None:

@@ -47,12 +47,15 @@ def _claim(client: httpx.Client) -> dict[str, Any]:
     return lease
 
 
-def _probe(present: bool = True) -> dict[str, Any]:
+def _probe(present: bool = True, blackwell: bool = False) -> dict[str, Any]:
     cap = {"importable": True, "knob": "use_deterministic_algorithm", "present": present}
-    return {"name": "probe", "status": "pass", "capabilities": {"sdpa_bwd": cap}}
+    caps = {"sdpa_bwd": cap}
+    if blackwell:  # a knob only an sm_100 job can check
+        caps["grouped_gemm_dsrelu"] = {"importable": True, "knob": "deterministic", "present": True}
+    return {"name": "probe", "status": "pass", "capabilities": caps}
 
 
-def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str) -> int:
+def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str, blackwell: bool = False) -> int:
     """A pushed commit: the builder uploads a wheel, the CPU job and the sm_90 job report;
     no sm_100 runner exists, so that job stays queued."""
     build_id = int(send(svc, push()).json()["build_id"])
@@ -74,7 +77,7 @@ def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str) -> int:
     lease = _claim(gpu)
     assert lease["kind"] == "gpu" and lease["family"] == "sm_90"
     _post(gpu, lease, {"name": "install", "status": "pass"})
-    _post(gpu, lease, _probe())
+    _post(gpu, lease, _probe(blackwell=blackwell))
     detail = {
         "pass": "deterministic arm byte-exact over 24 runs; control varied in 7 of 7",
         "fail": "deterministic arm varied: dq differed from run 0 in 3 of 23 runs",
@@ -98,7 +101,7 @@ def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str) -> int:
     assert lease["kind"] == "cpu"
     for stage in (
         {"name": "install", "status": "pass"},
-        _probe(),
+        _probe(blackwell=blackwell),
         {"name": "refusal", "status": "pass"},
     ):
         _post(cpu, lease, stage)
@@ -138,7 +141,7 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
         "fe-ci/probe",
         "fe-ci/sm_90",
         "fe-ci/sm_100",
-        "fe-ci/determinism",
+        "fe-ci",
     }
     sm90 = contexts["fe-ci/sm_90"]
     # one post per change of state, in order, none repeated
@@ -157,10 +160,61 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
     assert contexts["fe-ci/sm_100"][-1]["description"] == "waiting for an sm_100 runner"
     assert contexts["fe-ci/probe"][-1]["state"] == "success"
     assert contexts["fe-ci/build"][-1]["state"] == "success"
-    assert contexts["fe-ci/determinism"][-1]["state"] == "pending"
+    assert contexts["fe-ci"][-1]["state"] == "pending"
     # the page anchors each job where the status links
     page = httpx.get(f"{svc.url}/builds/{build_id}").text
     assert f'id="job-{sm90[-1]["target_url"].rsplit("-", 1)[1]}"' in page
+
+
+def _settled_summary(github: GitHubRecorder) -> dict[str, list[dict[str, Any]]]:
+    def done(calls: list[Call]) -> bool:
+        return _by_context(calls).get("fe-ci", [{}])[-1].get("state") not in (None, "pending")
+
+    contexts = _by_context(github.wait_until(done))
+    github.close()
+    return contexts
+
+
+def test_an_incomplete_build_is_no_success_and_a_gate_can_still_go_green(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """No sm_100 runner: the build is incomplete. By default (everything required) the ``fe-ci``
+    context says ``error`` and what did not run; requiring probe, refusal and sm_90 it says
+    ``success``, and the verdict in words beside it."""
+    github = GitHubRecorder()
+    env = {
+        "FE_CI_GITHUB_TOKEN": "gh-token-for-tests",
+        "FE_CI_GITHUB_API_URL": github.url,
+        "FE_CI_GPU_ARCHS": "sm_90",
+    }
+    svc = make_service(**env)
+    build_id = drive_commit_build(svc, tmp_path / "a", "pass", blackwell=True)
+    contexts = _settled_summary(github)
+    summary = contexts["fe-ci"][-1]
+    assert summary["state"] == "error", summary
+    assert "grouped_gemm_dsrelu" in summary["description"] and "incomplete" in summary["description"]
+    assert len(summary["description"]) <= 140
+    assert contexts["fe-ci/sm_90"][-1]["state"] == "success"
+    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    assert report["verdict"] == "incomplete"
+    assert report["gate"] == {
+        "require": ["all"],
+        "conclusion": "neutral",
+        "reason": report["verdict_reason"],
+    }
+
+    github = GitHubRecorder()
+    env["FE_CI_GITHUB_API_URL"] = github.url
+    svc = make_service(**env, FE_CI_REQUIRE="probe,refusal,sm_90")
+    build_id = drive_commit_build(svc, tmp_path / "b", "pass", blackwell=True)
+    summary = _settled_summary(github)["fe-ci"][-1]
+    assert summary["state"] == "success", summary  # sm_100 was not required
+    assert summary["description"].startswith("required checks (probe,refusal,sm_90) passed")
+    assert "incomplete" in summary["description"]
+    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    assert report["verdict"] == "incomplete"
+    assert report["gate"]["conclusion"] == "success"
+    assert report["gate"]["require"] == ["probe", "refusal", "sm_90"]
 
 
 def _verify_jwt(token: str, public_key: rsa.RSAPublicKey) -> dict[str, Any]:
@@ -207,7 +261,7 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
     runs = [c for c in calls if "/check-runs" in c.path]
     assert runs and all(c.headers["Authorization"] == f"Bearer {INSTALLATION_TOKEN}" for c in runs)
     created = {c.body["name"]: c for c in runs if c.method == "POST"}
-    assert set(created) == {"fe-ci/build", "fe-ci/probe", "fe-ci/sm_90", "fe-ci/determinism"}
+    assert set(created) == {"fe-ci/build", "fe-ci/probe", "fe-ci/sm_90", "fe-ci"}
     sm90 = created["fe-ci/sm_90"]
     assert sm90.path == "/repos/NVIDIA/cudnn-frontend/check-runs"
     assert sm90.body["head_sha"] == AFTER and sm90.body["status"] in ("queued", "in_progress")

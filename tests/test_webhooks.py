@@ -99,7 +99,7 @@ def test_commit_statuses_go_to_the_configured_api(make_service) -> None:  # type
     build_id = send(svc, push()).json()["build_id"]
 
     def build_status(calls: list[Call]) -> list[Call]:
-        return [c for c in calls if c.body.get("context") == "fe-ci/determinism"]
+        return [c for c in calls if c.body.get("context") == "fe-ci"]
 
     first, *_ = build_status(github.wait_until(lambda calls: build_status(calls)))
     assert first.path == f"/repos/NVIDIA/cudnn-frontend/statuses/{AFTER}"
