@@ -55,6 +55,13 @@ _BY_VERDICT = {
     Verdict.cancelled: Conclusion.neutral,
     Verdict.pending: Conclusion.pending,
 }
+# ``fe-ci validate --require``'s exit status: 0 success, 1 failure, 2 neutral (or still to run).
+EXIT_CODES = {
+    Conclusion.success: 0,
+    Conclusion.failure: 1,
+    Conclusion.neutral: 2,
+    Conclusion.pending: 2,
+}
 # Worst first: a failed requirement decides, then one still to run, then one that did not run.
 _ORDER = (Conclusion.failure, Conclusion.pending, Conclusion.neutral, Conclusion.success)
 _WORDS = {

@@ -1,29 +1,34 @@
-"""``fe-ci``: serve, runner, submit, validate, bisect.
+"""``fe-ci``: serve, runner, submit, validate, configs, bisect; ``fe-ci --version``.
 
 The commands live by group: ``service_cli.py`` (serve, runner, submit), ``validate_cli.py``,
-``bisect_cli.py``; what they share is ``cli_common.py``. The service is imported only inside
-``serve``, so a runner host needs none of its dependencies. Help is plain Click text, wrapped at a
-fixed width whether or not stdout is a terminal, so a piped ``--help`` is never cut short.
+``configs_cli.py``, ``bisect_cli.py``; what they share is ``cli_common.py``. The service is
+imported only inside ``serve``, so a runner host needs none of its dependencies. Help is plain
+Click text, wrapped at a fixed width whether or not stdout is a terminal, so a piped ``--help`` is
+never cut short.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib import metadata
+from typing import Annotated
 
 import typer
 
-from runner import bisect_cli, service_cli, validate_cli
+from runner import bisect_cli, configs_cli, service_cli, validate_cli
 from runner.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
 
 \b
 Exit codes (validate, and submit --wait):
-  0  pass
-  1  fail or error (or the service could not be reached or answered with an error)
-  2  inconclusive or incomplete
+  0  pass (with --require: the gate's success)
+  1  fail or error (with --require: failure), or the service could not be reached or
+     answered with an error
+  2  inconclusive or incomplete (with --require: neutral, a required check did not run)
   3  a runner the service refused (a bad or revoked token), or one that cannot start
-  4  bad input: a file that is not a wheel, an unknown stage, a wrong option or argument
+  4  bad input: a file that is not a wheel, an unknown stage, config or required check, a wrong
+     option or argument
 """
 _WIDTH = 100
 
@@ -38,7 +43,33 @@ app.command()(service_cli.serve)
 app.command()(service_cli.runner)
 app.command()(service_cli.submit)
 app.command()(validate_cli.validate)
+app.command()(configs_cli.configs)
 app.command()(bisect_cli.bisect)
+
+
+def version() -> str:
+    try:
+        return metadata.version("fe-ci")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"fe-ci {version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """The options every command shares (--version)."""
 
 
 def main() -> None:

@@ -1,66 +1,38 @@
-"""What ``fe-ci validate`` prints and writes: progress lines, the local build report, its text."""
+"""What ``fe-ci validate`` writes and prints: the local build report, and its text, cause first
+(the verdict, the gate, every cause with its repro line, what did not run), details after.
+Progress while it runs is ``runner/progress.py``."""
 
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import typer
 
-from core import repro
-from core.verdict import judge
+from core import gate
+from core.verdict import missed_stages
 from core.wire import (
     BuildReport,
     BuildStatus,
+    Conclusion,
     DriftReport,
     JobKind,
     JobReport,
     JobState,
     RefusalReport,
-    Stage,
-    StageResult,
     Status,
     Verdict,
 )
 from runner import stage_results
 
-_MARK = {
-    Status.pass_: "ok ",
-    Status.fail: "FAIL",
-    Status.inconclusive: "??? ",
-    Status.error: "ERR ",
-    Status.timeout: "TIME",
-    Status.crashed: "CRSH",
-    Status.skipped: "skip",
-    Status.not_applicable: "n/a ",
-}
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.t0 = 0.0
-
-    def started(self, stage: Stage) -> None:
-        self.t0 = time.monotonic()
-        typer.echo(f"  ... {stage.value:<12} running", err=True)
-
-    def finished(self, result: StageResult) -> None:
-        mark = _MARK.get(result.status, "?")
-        colour = {
-            Status.pass_: typer.colors.GREEN,
-            Status.fail: typer.colors.RED,
-            Status.error: typer.colors.RED,
-            Status.timeout: typer.colors.RED,
-            Status.crashed: typer.colors.RED,
-            Status.inconclusive: typer.colors.YELLOW,
-        }.get(result.status)
-        line = f"  [{mark}] {result.name.value:<12} {result.status.value:<15} {result.reason}"
-        typer.secho(line[:200], fg=colour, err=True)
-
 
 def local_report(
-    result: stage_results.Result, *, wheel: Path | None, family: str | None, version: str | None
+    result: stage_results.Result,
+    *,
+    wheel: Path | None,
+    family: str | None,
+    version: str | None,
+    require: list[str] | None = None,
 ) -> BuildReport:
     job = JobReport(
         id=None,
@@ -92,16 +64,52 @@ def local_report(
             RefusalReport.model_validate(r.model_dump()) for s in result.stages for r in s.refusal
         ],
     )
-    judgement = judge(report)
-    report.verdict, report.verdict_reason = judgement.verdict, judgement.reason
-    report.not_run = judgement.not_run
-    return repro.attach(report)
+    return gate.conclude(report, require or [gate.ALL])
+
+
+_VERDICT_COLOURS = {Verdict.pass_: typer.colors.GREEN, Verdict.fail: typer.colors.RED}
+_GATE_COLOURS = {
+    Conclusion.success: typer.colors.GREEN,
+    Conclusion.failure: typer.colors.RED,
+    Conclusion.neutral: typer.colors.YELLOW,
+}
+
+
+def print_cause(report: BuildReport) -> None:
+    """The verdict, the gate, every cause with its repro line, and what did not run."""
+    colour = _VERDICT_COLOURS.get(report.verdict)
+    typer.secho(f"verdict: {report.verdict.value}: {report.verdict_reason}", fg=colour, bold=True)
+    g = report.gate
+    if g is not None:
+        typer.secho(
+            f"gate ({', '.join(g.require)}): {g.conclusion.value}: {g.reason}",
+            fg=_GATE_COLOURS.get(g.conclusion),
+        )
+    if report.causes:
+        typer.echo(f"causes ({len(report.causes)}):")
+    for c in report.causes:
+        where = ", ".join(x for x in (c.family, c.stage.value if c.stage else None) if x)
+        typer.secho(f"  {c.status.upper():<12} {c.name}" + (f" ({where})" if where else ""))
+        typer.echo(f"      {c.reason}")
+        if c.repro:
+            machine = f" on an {c.family} machine" if c.family else ""
+            typer.echo(f"      reproduce{machine}: {c.repro}")
+    skipped = [n for n in report.not_run if n.status == Status.skipped]
+    stages = missed_stages(report)
+    if skipped or stages:
+        typer.echo("did not run:")
+    for n in skipped:
+        typer.echo(f"  {n.subject}: {n.reason}"[:300])
+    for m in stages:
+        typer.echo(f"  {m.what}: {m.reason}"[:300])
 
 
 def print_report(report: BuildReport) -> None:
     typer.echo(
         f"\nnvidia-cudnn-frontend {report.version or '?'}  ({report.filename or 'preinstalled'})"
     )
+    print_cause(report)
+    typer.echo("details:")
     if report.capabilities:
         typer.echo("  capabilities:")
         for name, cap in report.capabilities.items():
@@ -120,9 +128,11 @@ def print_report(report: BuildReport) -> None:
             f"{d.distinct} distinct, max|d| {d.max_abs_diff}, luck {d.luck_probability}"
         )
     for n in report.not_run:
-        typer.echo(f"  not run {n.subject}: {n.reason}"[:300])
+        if n.status == Status.not_applicable:
+            typer.echo(f"  not applicable {n.subject}: {n.reason}"[:300])
     refused = [r for r in report.refusal if r.status != Status.pass_]
     if report.refusal:
         typer.echo(f"  refusal rows: {len(report.refusal)}, not as expected: {len(refused)}")
-    colour = {Verdict.pass_: typer.colors.GREEN, Verdict.fail: typer.colors.RED}.get(report.verdict)
-    typer.secho(f"verdict: {report.verdict.value}: {report.verdict_reason}", fg=colour, bold=True)
+    g = f"; gate {report.gate.conclusion.value}" if report.gate else ""
+    colour = _VERDICT_COLOURS.get(report.verdict)
+    typer.secho(f"verdict: {report.verdict.value}{g}", fg=colour, bold=True)

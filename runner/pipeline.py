@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core import regression
+from core.subjects import SUBJECTS
 from core.wire import (
     STAGE_ORDER,
+    Check,
     Environment,
     Stage,
     StageResult,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from runner.zygotes import Zygote
 
 log = logging.getLogger("fe_ci.pipeline")
+SUBJECTS_LEFT_OUT = "excluded by --subjects"
 
 
 class Reporter(Protocol):
@@ -223,6 +226,12 @@ class Pipeline:
                 status=Status.skipped if result.status == Status.skipped else Status.error,
                 reason=result.reason or "the determinism stage reported no numerics",
             )
+        if o.report_unselected and o.subjects is not None:  # said, not left to look unrun
+            result.checks += [
+                Check(name=f"{n}.deterministic", status=Status.skipped, detail=SUBJECTS_LEFT_OUT)
+                for n in SUBJECTS
+                if n not in o.subjects
+            ]
         self.result.chosen_configs.update(doc.get("chosen_configs") or {})
         env = doc.get("environment") or {}
         if env:

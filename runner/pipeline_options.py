@@ -42,8 +42,10 @@ class Options:
     layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install
     # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
     zygotes: Zygotes | None = None
-    skip_reason: str = "not selected by --stages"
-    report_unselected: bool = True  # validate: yes; a service job: its stage list is the job
+    skip_reason: str = "excluded by --stages"
+    # validate: yes (a stage --stages left out, a subject --subjects left out, is said so); a
+    # service job: its stage list is the job
+    report_unselected: bool = True
 
     @classmethod
     def from_settings(

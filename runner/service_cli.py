@@ -15,8 +15,10 @@ from typing import Annotated
 import httpx
 import typer
 
+from core import gate
 from core.verdict import EXIT_CODES
-from core.wire import BuildReport, Verdict
+from core.wire import BuildReport, JobState, Verdict
+from runner import progress
 from runner.cli_common import (
     EXIT_FAILED,
     EXIT_REFUSED,
@@ -37,6 +39,7 @@ def serve(
 ) -> None:
     """Run the service (API, dashboard, runner protocol)."""
     import uvicorn
+    from pydantic import ValidationError
 
     from service.app import create_app
     from service.config import Settings
@@ -45,8 +48,15 @@ def serve(
     setup_logging(log_level)
     try:
         settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"FE_CI_{str(e['loc'][0]).upper() if e['loc'] else '?'}: "
+            + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors()
+        )
+        raise fail(f"bad configuration, the service does not start: {problems}") from exc
     except ValueError as exc:
-        raise fail(f"bad configuration: {exc}") from exc
+        raise fail(f"bad configuration, the service does not start: {exc}") from exc
     application = create_app(settings)
     log = logging.getLogger("fe_ci.service")
     log.info(
@@ -106,7 +116,12 @@ def submit(
         typer.Option(metavar="SHA", help="the full 40-hex id of a commit of the repository"),
     ] = None,
     wait: Annotated[
-        bool, typer.Option("--wait", help="wait for the verdict; exit as validate does")
+        bool,
+        typer.Option(
+            "--wait",
+            help="wait for the verdict, saying what the build waits for; exit as validate does "
+            "(by the gate where the service requires chosen checks, FE_CI_REQUIRE)",
+        ),
     ] = False,
 ) -> None:
     """Submit WHEEL (a nvidia-cudnn-frontend wheel) or --commit SHA to a running service.
@@ -149,12 +164,39 @@ def submit(
         typer.echo(f"build {body['build_id']}: {s.url.rstrip('/')}{body['url']}")
         if not wait:
             return
-        while True:
-            report = BuildReport.model_validate(http.get(f"/api/builds/{body['build_id']}").json())
-            if report.verdict != Verdict.pending:
-                typer.echo(f"verdict: {report.verdict.value} ({report.verdict_reason})")
-                raise typer.Exit(EXIT_CODES[report.verdict])
-            time.sleep(1.0)
+        with progress.Waiting() as shown:
+            while True:
+                got = http.get(f"/api/builds/{body['build_id']}")
+                report = BuildReport.model_validate(got.json())
+                if report.verdict != Verdict.pending:
+                    break
+                shown.update(state_line(report))
+                time.sleep(1.0)
+        typer.echo(f"verdict: {report.verdict.value} ({report.verdict_reason})")
+        for c in report.causes:
+            typer.echo(f"  {c.status} {c.name}: {c.reason}")
+        g = report.gate
+        if g is not None:
+            typer.echo(f"gate ({', '.join(g.require)}): {g.conclusion.value}: {g.reason}")
+        if g is not None and g.require != [gate.ALL]:
+            raise typer.Exit(gate.EXIT_CODES[g.conclusion])
+        raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def state_line(report: BuildReport) -> str:
+    """What a pending build waits for, job by job: "sm_100 job: waiting: no runner with
+    arch=sm_100 is alive"."""
+    parts = []
+    for j in report.jobs:
+        label = f"{j.family or j.kind.value} job"
+        if j.status == JobState.queued:
+            parts.append(f"{label}: waiting: {j.waiting}" if j.waiting else f"{label}: queued")
+        elif j.status == JobState.waiting:
+            parts.append(f"{label}: waiting for the build job's wheel")
+        elif j.status == JobState.leased:
+            done = len(j.stages)
+            parts.append(f"{label}: running on {j.runner or 'a runner'} ({done} stages done)")
+    return f"build {report.id}: {'; '.join(parts) or report.status.value}"
 
 
 _SHA = re.compile(r"[0-9a-f]{40}")

@@ -11,13 +11,14 @@ from typing import Annotated
 
 import typer
 
-from core import history, remembered
+from core import gate, history, remembered
 from core.subjects import SUBJECTS
 from core.verdict import EXIT_CODES
-from core.wire import BuildReport, Capability, RememberedConfig
-from runner import envs, labels, localreport, pipeline, pipeline_options
+from core.wire import BuildReport, Capability, RememberedConfig, Stage, StageResult
+from runner import envs, labels, localreport, pipeline, pipeline_options, progress
 from runner.cli_common import EXIT_FAILED, WHEEL_ARG, fail, parse_stages
 from runner.config import RunnerSettings
+from runner.configs_cli import unknown_config
 
 
 def _parse_subjects(text: str | None) -> list[str] | None:
@@ -42,15 +43,28 @@ def _load_previous(path: Path) -> tuple[dict[str, Capability], list[RememberedCo
     return caps, remembered.from_report(report), report
 
 
-def _build_commit(s: RunnerSettings, repo: str, commit: str, work: Path) -> Path:
-    """The commit's wheel, built as a builder runner builds it."""
+def _parse_require(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    try:
+        return gate.parse_require(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _build_commit(
+    s: RunnerSettings, repo: str, commit: str, work: Path
+) -> tuple[Path, StageResult]:
+    """The commit's wheel, built as a builder runner builds it, and the build stage's result."""
     from runner import build
 
-    typer.echo(f"building {commit[:12]} of {repo}", err=True)
-    result, built = build.build_commit(s, repo, commit, work)
+    with progress.StageProgress() as shown:
+        shown.started(Stage.build)
+        result, built = build.build_commit(s, repo, commit, work)
+        shown.finished(result)
     if built is None:
         raise fail(f"the build failed: {result.reason}", EXIT_FAILED)
-    return built.wheel
+    return built.wheel, result
 
 
 def _wheel_version(wheel: Path | None) -> str | None:
@@ -124,25 +138,39 @@ def validate(
     repo: Annotated[
         str, typer.Option(metavar="URL", help="with --commit: the repository (URL or path)")
     ] = "https://github.com/NVIDIA/cudnn-frontend.git",
+    require: Annotated[
+        str | None,
+        typer.Option(
+            "--require",
+            metavar="CHECKS",
+            help="the checks that gate (exit by the gate, not the verdict), comma-separated: "
+            "a stage (probe, refusal, ...), a family's GPU job (sm_90, ...), a subject, or all",
+        ),
+    ] = None,
 ) -> None:
     """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
 
     \b
     Exit codes: 0 pass; 1 fail or error; 2 inconclusive or incomplete;
-    4 bad input (not a wheel, no such file, an unknown stage, a wrong option).
+    with --require, by the gate: 0 success, 1 failure, 2 neutral (a required check did not run);
+    4 bad input (not a wheel, no such file, an unknown stage, config or required check).
     """
     s = RunnerSettings()
     if wheel is None and commit is None and not preinstalled:
         raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
     selected = parse_stages(stages)
+    required = _parse_require(require)
     chosen_subjects = _parse_subjects(subjects)
+    if config is not None and (why := unknown_config(config, chosen_subjects or list(SUBJECTS))):
+        raise fail(why)
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
     if wheel is not None and not wheel.is_file():
         raise fail(f"no such file: {wheel}")
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
+    built: StageResult | None = None
     try:  # bad input found from here on leaves no temp dir behind
         if commit is not None:
-            wheel = _build_commit(s, repo, commit, tmp / "build")
+            wheel, built = _build_commit(s, repo, commit, tmp / "build")
         version = _wheel_version(wheel)
     except typer.Exit:
         if work_dir is None:
@@ -168,20 +196,28 @@ def validate(
     typer.echo(
         f"validating {wheel.name if wheel else 'the preinstalled candidate'} on {where}", err=True
     )
-    pipe = pipeline.Pipeline(opts, localreport.Progress())
     try:
-        result = pipe.run(wheel)
-        report = localreport.local_report(result, wheel=wheel, family=family, version=version)
+        with progress.StageProgress() as shown:
+            result = pipeline.Pipeline(opts, shown).run(wheel)
     finally:
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
+    if built is not None:  # the wheel came from the builder: its stage belongs to the report
+        result.stages.insert(0, built)
+    report = localreport.local_report(
+        result, wheel=wheel, family=family, version=version, require=required
+    )
     if prev_report is not None:  # deterministic bits and cost against the earlier report
         report.history, changed = history.compare_reports(report, prev_report, s.cost_factor)
         report.findings += changed
     if commit is not None:
         report.source, report.repo, report.commit = "commit", repo, commit
+    if prev_report is not None or commit is not None:  # judged again with what changed
+        gate.conclude(report, required or [gate.ALL])
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(report.model_dump_json(indent=2))
     localreport.print_report(report)
+    if required is not None and report.gate is not None:
+        raise typer.Exit(gate.EXIT_CODES[report.gate.conclusion])
     raise typer.Exit(EXIT_CODES[report.verdict])

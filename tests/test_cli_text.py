@@ -30,7 +30,9 @@ def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProces
     )
 
 
-@pytest.mark.parametrize("command", ["", "serve", "runner", "submit", "validate", "bisect"])
+@pytest.mark.parametrize(
+    "command", ["", "serve", "runner", "submit", "validate", "configs", "bisect"]
+)
 def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path) -> None:
     proc = fe_ci(*([command] if command else []), "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -48,7 +50,7 @@ def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path
 
 
 def test_every_option_of_every_command_has_help(tmp_path: Path) -> None:
-    for command in ("serve", "runner", "submit", "validate", "bisect"):
+    for command in ("serve", "runner", "submit", "validate", "configs", "bisect"):
         text = fe_ci(command, "--help", cwd=tmp_path).stdout
         options = text.split("Options:", 1)[1]
         for line in options.splitlines():
@@ -73,6 +75,9 @@ def test_bad_input_has_its_own_exit_code(tmp_path: Path) -> None:
         (("validate", str(junk), "--stages", "probe,warp"), "unknown stage 'warp'"),
         (("validate", "--no-such-option"), "No such option"),
         (("validate", "a.whl", "b.whl"), "unexpected extra argument"),
+        (("validate", "a.whl", "--require", "probe,warp"), "unknown required check(s) warp"),
+        (("validate", "a.whl", "--subjects", "sdpa_bwd", "--config", "b0"), "unknown config"),
+        (("configs", "warp"), "unknown subject 'warp'"),
     ]
     for args, words in cases:
         proc = fe_ci(*args, cwd=tmp_path)

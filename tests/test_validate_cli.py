@@ -65,7 +65,11 @@ def test_validate_installs_probes_and_reports(tmp_path: Path) -> None:
     assert stages["install"]["status"] == "pass"
     assert stages["probe"]["status"] == "pass"
     assert stages["determinism"]["status"] == "skipped"
-    assert "not selected" in stages["determinism"]["reason"]
+    assert stages["determinism"]["reason"] == "excluded by --stages"
+    # what did not run says why, not "no sm_90 runner"
+    assert {n["reason"] for n in report["not_run"] if n["status"] == "skipped"} == {
+        "excluded by --stages"
+    }
     caps = report["capabilities"]
     assert (
         caps["grouped_gemm_dsrelu"]["present"] is True
@@ -199,17 +203,43 @@ def test_a_repro_line_runs_and_selects_what_it_says(tmp_path: Path) -> None:
     stages = {
         s["name"]: s for s in json.loads((tmp_path / "r.json").read_text())["jobs"][0]["stages"]
     }
-    (ran,) = stages["determinism"]["checks"]
-    assert ran["name"] == "sdpa_bwd.deterministic" and ran["detail"] == "no CUDA GPU on this host"
+    checks = {c["name"]: c for c in stages["determinism"]["checks"]}
+    ran = checks.pop("sdpa_bwd.deterministic")
+    assert ran["detail"] == "no CUDA GPU on this host"
+    # the subjects --subjects left out say so
+    assert {c["detail"] for c in checks.values()} == {"excluded by --subjects"}
+    assert len(checks) == 3
     for other in ("numerics", "refusal"):  # only the stage the line names
-        assert stages[other]["status"] == "skipped" and "not selected" in stages[other]["reason"]
-    # --config reaches the stage: a config the subject lacks is an error naming the ones it has,
-    # and the local report gives that failing check its own repro line
+        assert stages[other]["status"] == "skipped"
+        assert stages[other]["reason"] == "excluded by --stages"
+    # a config the subject lacks is bad input, refused before anything is installed, naming
+    # the configs the subject has
     args[args.index("--config") + 1] = "b99_none"
     proc = fe_ci(*args, "--json", "bad.json", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    bad = json.loads((tmp_path / "bad.json").read_text())
-    (det,) = [s for s in bad["jobs"][0]["stages"] if s["name"] == "determinism"]
-    (err,) = det["checks"]
-    assert err["status"] == "error" and config in err["detail"] and "b99_none" in err["detail"]
-    assert err["repro"] == f"fe-ci validate {wheel.name} --stages determinism --subjects sdpa_bwd"
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "unknown config 'b99_none'" in proc.stderr and config in proc.stderr
+    assert "install" not in proc.stderr and not (tmp_path / "bad.json").exists()
+
+
+def test_require_gates_the_exit_while_the_verdict_stays_incomplete(tmp_path: Path) -> None:
+    """On this CPU-only host no subject's determinism can run: the verdict is incomplete, yet
+    requiring probe and refusal exits 0; without --require the same kind of run exits 2."""
+    wheel = registry_wheel("1.32.0")
+    proc = fe_ci(
+        "validate", str(wheel), "--require", "probe,refusal", "--json", "r.json", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "incomplete"
+    assert report["gate"]["require"] == ["probe", "refusal"]
+    assert report["gate"]["conclusion"] == "success"
+    # cause first: the verdict and the gate before the details
+    out = proc.stdout
+    assert out.index("verdict: incomplete") < out.index("gate (probe, refusal): success")
+    assert out.index("gate (probe") < out.index("\ndid not run:\n") < out.index("\ndetails:")
+    proc = fe_ci("validate", str(wheel), "--stages", "probe,refusal", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "excluded by --stages" in proc.stdout
+    proc = fe_ci("validate", str(wheel), "--require", "probe,sm_120", cwd=tmp_path)
+    assert proc.returncode == 4 and "unknown required check(s) sm_120" in proc.stderr
+    assert "sm_100" in proc.stderr and "sdpa_bwd" in proc.stderr  # the known ones are listed
