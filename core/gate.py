@@ -105,10 +105,10 @@ def decide(report: BuildReport, require: list[str]) -> Gate:
     outcomes = [(name, *_requirement(report, name)) for name in require]
     conclusion = min((c for _, c, _ in outcomes), key=_ORDER.index)
     if conclusion == Conclusion.success:
-        reason = f"every required check passed: {', '.join(require)}"
+        reason = "every required check passed"
     else:
-        reason = "; ".join(f"{n}: {why}" for n, c, why in outcomes if c == conclusion)
-        reason = f"{_WORDS[conclusion]}: {reason}"
+        parts = [f"{n}: {shorten(why, 120)}" for n, c, why in outcomes if c == conclusion]
+        reason = f"{_WORDS[conclusion]}: {'; '.join(parts)}"
     return Gate(require=require, conclusion=conclusion, reason=shorten(reason, REASON_CHARS))
 
 

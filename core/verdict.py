@@ -29,7 +29,7 @@ from core.wire import (
 ERRORED = frozenset({Status.error, Status.timeout, Status.crashed})  # ended without an answer
 RAN = frozenset({Status.pass_, Status.fail, Status.inconclusive}) | ERRORED  # a check that ran
 REASON_CHARS = 240  # the verdict's reason: a summary; the cause list says the rest
-CAUSE_CHARS = 300  # one cause's reason, on one line
+CAUSE_CHARS = 200  # one cause's reason, on one line
 # The stage a finding comes from, by kind; any other kind is the probe's (its ledger, its
 # comparison with the line's previous build). The grid colours that stage's cell by it.
 FINDING_STAGES: dict[str, Stage] = {

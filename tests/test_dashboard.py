@@ -78,6 +78,11 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def unfold(page: Any) -> None:
+    """Open every folded section of a build's page, as a reader clicking through would."""
+    page.eval_on_selector_all("details", "ds => ds.forEach(d => { d.open = true; })")
+
+
 def cells(page: Any, selector: str) -> list[dict[str, str]]:
     return page.eval_on_selector_all(
         selector,
@@ -170,6 +175,8 @@ def test_grid_filters_and_pages_by_cursor(seeded, page) -> None:  # type: ignore
 def test_build_page_shows_drift_refusal_and_provenance(seeded, page) -> None:  # type: ignore[no-untyped-def]
     svc, ids = seeded
     page.goto(f"{svc.url}/builds/{ids['pass']}")
+    shot(page, "build")  # as a reader first sees it: cause first, the rest folded
+    unfold(page)
     heads = page.eval_on_selector_all("#drift thead th", "els => els.map(e => e.innerText)")
     for col in (
         "runs",
@@ -229,7 +236,6 @@ def test_build_page_shows_drift_refusal_and_provenance(seeded, page) -> None:  #
     assert "default_ignores_torch_flag" in text
     assert page.locator("a[href$='/junit.xml']").count() == 1
     assert page.locator(f"a[href='/api/builds/{ids['pass']}']").count() == 1
-    shot(page, "build")
     # a failing build's refusal rows that broke the contract read as fail
     page.goto(f"{svc.url}/builds/{ids['fail']}")
     mismatches = page.locator("table.refusal td.mismatch")
@@ -275,6 +281,7 @@ def test_script_in_a_version_is_shown_as_text(seeded, page) -> None:  # type: ig
     assert "<i>evil</i>.whl" in row.locator(".source").inner_text()
     page.goto(f"{svc.url}/builds/{ids['xss']}")
     assert page.locator("#build-version").inner_text() == XSS_VERSION
+    unfold(page)
     text = page.locator("main").inner_text()
     assert '<img src=x onerror="window.__xss = 2">' in text
     assert "<script>window.__xss = 3</script> claims a knob it lacks" in text
@@ -344,7 +351,7 @@ def test_a_running_build_updates_without_a_reload(make_service, page, tmp_path) 
     grid.goto(svc.url + "/")
     assert grid.locator(f"#build-{build_id} td.verdict .st").inner_text() == "pending"
     page.goto(f"{svc.url}/builds/{build_id}")
-    assert _stage_state(page, "install") == "pending"
+    assert _stage_state(page, "install") == "waiting"  # no runner is alive yet
     page.evaluate("window.__still_here = true")
     grid.evaluate("window.__still_here = true")
 

@@ -155,7 +155,7 @@ def test_every_cause_is_listed_and_the_reason_is_a_short_summary() -> None:
     ]
     assert found[0].family == "sm_90" and found[0].job_id == 2
     assert found[0].repro and "--subjects sdpa_bwd" in found[0].repro
-    assert len(found[0].reason) <= 300 and found[0].reason.endswith("…")
+    assert len(found[0].reason) <= 200 and found[0].reason.endswith("…")
     assert report.causes == found
     assert report.verdict == Verdict.fail
     assert len(report.verdict_reason) <= REASON_CHARS

@@ -2,8 +2,10 @@
 
 Pure functions over small row views, so the grid (50 builds from a handful of queries), the build
 page and the live endpoint all name a state the same way. Beyond the stage statuses of the wire
-models a cell can be ``pending``, ``running``, ``waiting`` (a GPU job with no runner of its
-family alive: "waiting for an sm_100 runner") or ``cancelled``.
+models a cell can be ``pending``, ``running``, ``waiting`` (a queued job no alive runner can take:
+"waiting for an sm_100 runner") or ``cancelled``. A stage's cell shows its worst check, so a stage
+that reported ``pass`` with a failing check inside, or whose error finding failed the build (a
+probe's ledger finding), is never green. ``alive`` is ``service.capable.alive``'s set.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
-from core.verdict import RAN, no_runner
+from core.verdict import RAN, finding_stage, no_runner
 from core.wire import JobKind, JobState, Stage, Status, Verdict
+from service.capable import waiting_reason
 
 # Worst first: the state a cell shows when several jobs or checks disagree.
 _SEVERITY = (
@@ -54,6 +57,7 @@ class StageView:
     reason: str
     duration_s: float
     created_at: datetime | None = None
+    worst_check: tuple[str, str] | None = None  # (status, "name: detail") of its worst check
 
 
 @dataclass
@@ -109,6 +113,9 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
     """One job's view of one stage, or None where the job does not run that stage."""
     row = job.rows.get(stage)
     if row is not None:
+        check = row.worst_check
+        if check is not None and worst((check[0], row.status)) != row.status:
+            return Cell.of(check[0], check[1])
         return Cell.of(row.status, row.reason)
     if stage not in job.stages:
         return None
@@ -121,9 +128,9 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
     if job.state == JobState.waiting:
         return Cell.of("pending", "waiting for the build job's wheel")
     if job.state == JobState.queued:
-        if job.kind == JobKind.gpu and job.family not in alive:
-            text = waiting_text(job.family)
-            return Cell("waiting", text, f"no {job.family} runner is alive; the job is queued")
+        why = waiting_reason(job.kind, job.family, alive)
+        if why:
+            return Cell("waiting", waiting_text(job.family), f"{why}; the job is queued")
         return Cell.of("pending", f"queued (attempt {job.attempt})")
     if job.state == JobState.cancelled:
         return Cell.of("cancelled", job.reason or "cancelled")
@@ -144,13 +151,29 @@ def combine(cells: list[tuple[str, Cell]]) -> list[Cell]:
     return sorted(out, key=lambda c: _RANK.get(c.state, len(_RANK)))
 
 
+def with_findings(cells: list[Cell], stage: str, errors: Iterable[tuple[str, str]]) -> list[Cell]:
+    """A stage's cells where an error finding of that stage (``(kind, message)``) failed the
+    build: a cell that says ``pass`` says ``fail`` with the finding as its reason."""
+    mine = [f"{kind}: {message}" for kind, message in errors if finding_stage(kind) == stage]
+    if not mine:
+        return cells
+    why = "; ".join(mine)
+    return [Cell("fail", "fail", f"{why} ({c.reason})") if c.state == "pass" else c for c in cells]
+
+
 def stage_cells(
-    *, source: str, cancelled: bool, stage: str, jobs: Sequence[JobView], alive: set[str]
+    *,
+    source: str,
+    cancelled: bool,
+    stage: str,
+    jobs: Sequence[JobView],
+    alive: set[str],
+    errors: Iterable[tuple[str, str]] = (),
 ) -> list[Cell]:
-    """The cell(s) of a build's stage column."""
+    """The cell(s) of a build's stage column; ``errors`` are the build's error findings."""
     found = [(j.label, c) for j in jobs if (c := job_stage_cell(j, stage, alive)) is not None]
     if found:
-        return combine(found)
+        return with_findings(combine(found), stage, errors)
     if cancelled:
         return [Cell.of("cancelled", "the build was cancelled")]
     if stage == Stage.build:
@@ -200,7 +223,7 @@ def subject_cell(
     queued = [j for j in active if j.state == JobState.queued]
     if queued and not any(j.family in alive for j in queued):
         family = queued[0].family
-        return Cell("waiting", waiting_text(family), f"no {family} runner is alive")
+        return Cell("waiting", waiting_text(family), f"no runner with arch={family} is alive")
     if active:
         return Cell.of("pending", "queued")
     skipped = [c for c in checks if c.status == Status.skipped]

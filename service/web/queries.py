@@ -1,7 +1,8 @@
 """The grid's data: one page of builds and what their cells need, in a fixed handful of queries.
 
-A page costs six SELECTs whatever its size (builds, jobs with runners, stages, determinism checks,
-findings, capabilities) plus one for the alive families; no build report per row.
+A page costs seven SELECTs whatever its size (builds, jobs with runners, stages, the checks that
+did not pass, determinism checks, findings, capabilities) plus one for the alive runners; no build
+report per row.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from sqlalchemy.orm import Session
 
 from core.subjects import SUBJECTS
 from core.wire import STAGE_ORDER, Stage
+from service import capable
 from service.assemble import replaces, status_of
 from service.build_list import filtered_builds
 from service.config import Settings
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
-from service.queue import alive_families
 from service.web.cells import (
     CapView,
     Cell,
@@ -29,6 +30,7 @@ from service.web.cells import (
     stage_cells,
     subject_cell,
     verdict_cell,
+    worst,
 )
 
 PAGE_SIZE = 50
@@ -112,10 +114,30 @@ def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]
         ).where(StageRow.job_id.in_(list(jobs)))
         for row in session.execute(stages):
             jobs[row[0]].rows[row[1]] = StageView(*row)
+        _worst_checks(session, jobs)
     out: dict[int, list[JobView]] = defaultdict(list)
     for job in jobs.values():
         out[job.build_id].append(job)
     return out
+
+
+_NOT_PASSED = ("fail", "error", "timeout", "crashed", "inconclusive")
+
+
+def _worst_checks(session: Session, jobs: dict[int, JobView]) -> None:
+    """Each stage row's worst check that did not pass (one SELECT for every job)."""
+    stmt = (
+        select(StageRow.job_id, StageRow.name, CheckRow.status, CheckRow.name, CheckRow.detail)
+        .join(StageRow, StageRow.id == CheckRow.stage_id)
+        .where(StageRow.job_id.in_(list(jobs)), CheckRow.status.in_(_NOT_PASSED))
+    )
+    for job_id, stage, status, name, detail in session.execute(stmt):
+        row = jobs[job_id].rows.get(stage)
+        if row is None:
+            continue
+        held = row.worst_check
+        if held is None or worst((status, held[0])) != held[0]:
+            row.worst_check = (status, f"{name}: {detail}"[:500])
 
 
 def load_subject_checks(session: Session, job_ids: list[int]) -> dict[int, list[CheckView]]:
@@ -171,7 +193,7 @@ def load_caps(session: Session, build_ids: list[int]) -> dict[int, dict[str, Cap
 
 
 def alive(session: Session, settings: Settings, now: datetime) -> set[str]:
-    return set(alive_families(session, settings, now))
+    return capable.alive(session, settings, now)
 
 
 def grid_page(
@@ -212,6 +234,7 @@ def grid_row(
 ) -> GridRow:
     cancelled = build.cancelled_at is not None
     build_checks = [c for j in jobs for c in checks.get(j.id, [])]
+    errors = [(f.kind, f.message) for f in findings if f.severity == "error"]
     return GridRow(
         id=build.id,
         source=build.source,
@@ -228,7 +251,12 @@ def grid_row(
         verdict=verdict_cell(build.verdict, build.verdict_reason, jobs),
         stages={
             s.value: stage_cells(
-                source=build.source, cancelled=cancelled, stage=s, jobs=jobs, alive=families
+                source=build.source,
+                cancelled=cancelled,
+                stage=s,
+                jobs=jobs,
+                alive=families,
+                errors=errors,
             )
             for s in STAGE_ORDER
         },

@@ -19,7 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from core.subjects import SUBJECTS
-from core.wire import STAGE_ORDER, RefusalReport, Verdict
+from core.verdict import missed_stages
+from core.wire import STAGE_ORDER, RefusalReport, Status, Verdict
 from service import stored_reports
 from service.api.bisections import of_build
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
@@ -91,40 +92,62 @@ def read_grid(
 
 
 REFUSAL_COLUMNS = list(product((False, True), repeat=3))  # scale bias, FC1 bias, unit scale
+CAUSES_SHOWN = 6  # on the first screen; the rest behind "N more"
+GATE_STATES = {"success": "pass", "failure": "fail", "neutral": "incomplete", "pending": "pending"}
 
 
 @dataclass
 class RefusalMatrix:
-    """One job's refusal rows as activation x request by scale bias x FC1 bias x unit scale."""
+    """Refusal rows as activation x request by scale bias x FC1 bias x unit scale, shown once
+    for every job whose rows were the same."""
 
-    job_id: int | None
+    job_ids: list[int]
     rows: list[RefusalReport]
     lines: list[tuple[str, str, list[RefusalReport | None]]]
+    labels: list[str]
 
     @property
     def counts(self) -> list[tuple[str, int]]:
         return sorted(Counter(r.status.value for r in self.rows).items())
 
+    @property
+    def label(self) -> str:
+        same = " (the same rows)" if len(self.labels) > 1 else ""
+        return ", ".join(self.labels) + same
 
-def _refusal_matrices(rows: list[RefusalReport]) -> list[RefusalMatrix]:
-    out = []
+
+def _outcome(r: RefusalReport) -> tuple[object, ...]:
+    return (r.activation, r.request, r.scale_bias, r.fc1_bias, r.unit_scale, r.expected,
+            r.observed, r.status, r.detail)  # fmt: skip
+
+
+def _refusal_matrices(rows: list[RefusalReport], jobs: dict[int, str]) -> list[RefusalMatrix]:
+    """One matrix per distinct set of rows: jobs that decided every row alike share one."""
+    out: dict[tuple[tuple[object, ...], ...], RefusalMatrix] = {}
     key = lambda r: r.job_id or 0  # noqa: E731
     for job_id, group in groupby(sorted(rows, key=key), key):
         found = list(group)
+        label = jobs.get(job_id, f"job {job_id}") if job_id else "job"
+        same = tuple(sorted(_outcome(r) for r in found))
+        if same in out:
+            out[same].job_ids.append(job_id)
+            out[same].labels.append(label)
+            continue
         at = {(r.activation, r.request, r.scale_bias, r.fc1_bias, r.unit_scale): r for r in found}
         pairs = list(dict.fromkeys((r.activation, r.request) for r in found))
         lines = [
             (a, q, [at.get((a, q, sb, fb, us)) for sb, fb, us in REFUSAL_COLUMNS]) for a, q in pairs
         ]
-        out.append(RefusalMatrix(job_id or None, found, lines))
-    return out
+        out[same] = RefusalMatrix([job_id], found, lines, [label])
+    return list(out.values())
 
 
 @router.get("/builds/{build_id}", response_class=HTMLResponse)
 def read_build_page(
     request: Request, session: SessionDep, settings: SettingsDep, build_id: IdPath
 ) -> Response:
-    """One build: provenance, jobs, capabilities, findings, stages, drift, refusal, logs."""
+    """One build: verdict, gate, causes and what did not run first; then provenance, jobs,
+    capabilities, findings, stages, drift, refusal and logs, each collapsible."""
     started = time.perf_counter()
     build = session.get(Build, build_id)
     if build is None:
@@ -137,6 +160,8 @@ def read_build_page(
         r.name: r.labels for r in session.scalars(select(Runner).where(Runner.name.in_(names)))
     }
     snapshot = live.snapshot(session, settings, build_id, now)
+    job_labels = {j.id: f"{j.family or j.kind.value} job {j.id}" for j in report.jobs if j.id}
+    refusal = _refusal_matrices(report.refusal, job_labels)
     response = templates.TemplateResponse(
         request,
         "build.html",
@@ -146,8 +171,12 @@ def read_build_page(
             "jobs": views,
             "labels": labels,
             "snap": snapshot,
-            "refusal": _refusal_matrices(report.refusal),
+            "refusal": refusal,
+            "refusal_broken": any(r.status != Status.pass_ for r in report.refusal),
             "refusal_columns": REFUSAL_COLUMNS,
+            "gate_states": GATE_STATES,
+            "causes_shown": CAUSES_SHOWN,
+            "missed": missed_stages(report),
             "subjects": SUBJECTS,
             "now": now,
             "bisection": of_build(session, build),

@@ -96,7 +96,22 @@ function followGrid(table) {
   setTimeout(tick, 3000);
 }
 
+// A link to a part of a folded page (/builds/7#job-12, from a commit status) opens the folds
+// around it first, so the browser can scroll to it.
+function revealTarget() {
+  const id = decodeURIComponent(location.hash.slice(1));
+  const target = id && document.getElementById(id);
+  if (!target) return;
+  for (let d = target.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) {
+    d.open = true;
+  }
+  target.scrollIntoView();
+}
+
+window.addEventListener("hashchange", revealTarget);
+
 document.addEventListener("DOMContentLoaded", () => {
+  revealTarget();
   const section = document.getElementById("live");
   if (section && section.dataset.live === "1") followBuild(section);
   const table = document.getElementById("builds");
