@@ -55,6 +55,11 @@ def submit_wheel(svc: Service, wheel: Path | None = None) -> int:
     return int(resp.json()["build_id"])
 
 
+def unfold(page: Any) -> None:
+    """Open every folded section of a build's page, as a reader clicking through would."""
+    page.eval_on_selector_all("details", "ds => ds.forEach(d => { d.open = true; })")
+
+
 def report(svc: Service, build_id: int) -> Report:
     return httpx.get(f"{svc.url}/api/builds/{build_id}").json()
 

@@ -243,7 +243,10 @@ def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
         with service.http() as http:
             http.post(f"/api/builds/{build_id}/cancel").raise_for_status()
         # only live.js, following the build's event stream, can show the cancel without a reload
-        page.locator("#live [data-state=cancelled]").first.wait_for(timeout=15_000)
+        # (the progress section folds once the build has ended: attached, not visible)
+        page.locator("#live [data-state=cancelled]").first.wait_for(
+            state="attached", timeout=15_000
+        )
         page.goto(f"{service.url}/trends")
         page.goto(f"{service.url}/")
         browser.close()

@@ -21,7 +21,7 @@ from service.db import make_engine
 from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION, seed_all
 from testkit.service import ROOT, Service, service_env
 from testkit.wheels import make_wheel
-from tests.helpers import CHROMIUM, register, submit_wheel
+from tests.helpers import CHROMIUM, register, submit_wheel, unfold
 
 SHOTS = ROOT / "docs" / "screenshots"
 needs_chromium = pytest.mark.skipif(
@@ -76,11 +76,6 @@ def shot(page: Any, name: str) -> None:
         return
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def unfold(page: Any) -> None:
-    """Open every folded section of a build's page, as a reader clicking through would."""
-    page.eval_on_selector_all("details", "ds => ds.forEach(d => { d.open = true; })")
 
 
 def cells(page: Any, selector: str) -> list[dict[str, str]]:
