@@ -1,12 +1,14 @@
 """Screenshots of the dashboard over a database that a real run left behind.
 
     .venv/bin/python bench/page_shots.py --db fe-ci.sqlite3 --out DIR [--page /trends ...]
+        [--first-screen]
 
 Copies the SQLite database (``bench/gpu_builds.py --keep-db`` writes one) into a temp data dir,
 starts a real ``fe-ci serve`` on it (its migrations run first, so an older database is brought to
 this checkout's schema; the copy given is never touched), and saves a full-page PNG of each page
 from a headless Chromium (Debian's, ``FE_CI_CHROMIUM``). Default pages: the grid, the trends page
-and every build's page.
+and every build's page. ``--first-screen`` shoots what a reader first sees, the window alone
+(1280x800 by default: a build's page holds its verdict, gate, causes and what did not run there).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ def main() -> None:
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--page", action="append", help="a path to shoot (repeatable)")
-    parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--width", type=int, default=None, help="default 1400, 1280 first screen")
+    parser.add_argument("--first-screen", action="store_true", help="the window only (x800)")
     args = parser.parse_args()
+    width = args.width or (1280 if args.first_screen else 1400)
+    height = 800 if args.first_screen else 900
     from playwright.sync_api import sync_playwright
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -55,13 +60,14 @@ def main() -> None:
                     executable_path=str(CHROMIUM),
                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
                 )
-                page = browser.new_page(viewport={"width": args.width, "height": 900})
+                page = browser.new_page(viewport={"width": width, "height": height})
                 for path in pages:
                     page.goto(f"{svc.url}{path}")
                     page.wait_for_load_state("networkidle")
                     name = path.strip("/").replace("/", "-") or "grid"
-                    page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
-                    print(f"{path} -> {args.out / f'{name}.png'}")
+                    shot = args.out / f"{name}.png"
+                    page.screenshot(path=str(shot), full_page=not args.first_screen)
+                    print(f"{path} -> {shot}")
                 browser.close()
         finally:
             svc.stop()
