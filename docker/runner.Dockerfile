@@ -6,10 +6,22 @@
 #            the frontend's build requirements in a wheelhouse and dlpack's sources
 # Candidates run in a network namespace (unshare, from util-linux) as `nobody` (setpriv); the
 # namespace needs CAP_SYS_ADMIN, which docker-compose.yml grants (see there).
-ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
-ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04
+#
+# The bases are build arguments: CUDA with cuDNN for GPU hosts (the defaults); for a runner
+# without a GPU, Debian 12 (whose python3 is 3.11) with a CPU build of torch, as
+# docker-compose.cpu.yml builds it:
+#   --build-arg RUNNER_BASE_IMAGE=debian:bookworm-slim --build-arg TORCH_SPEC=torch==2.13.0+cpu
+# The default package index serves only CUDA builds of torch (several GB with their CUDA
+# wheels); give the build a folder holding the CPU wheel as the build context `wheels`:
+#   --build-context wheels=DIR    (scripts/container-smoke fills DIR with the host's pip)
+# It is mounted only while torch installs: nothing of it stays in the image.
+ARG RUNNER_BASE_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
+ARG BUILDER_BASE_IMAGE=nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04
 
-FROM ${CUDA_RUNTIME_IMAGE} AS runner
+# Empty unless the build is given a `wheels` context (above).
+FROM scratch AS wheels
+
+FROM ${RUNNER_BASE_IMAGE} AS runner
 ARG TORCH_SPEC=torch==2.13.0
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     FE_CI_CACHE_DIR=/cache PATH=/opt/fe-ci/bin:$PATH
@@ -18,16 +30,21 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv util-linux ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml README.md ./
 COPY scripts/install ./scripts/install
+# The same install step as a checkout's scripts/setup: the runner alone, with torch beside it.
+# In three layers, each changing more often than the one before: torch; fe-ci's dependencies
+# (from pyproject.toml, before the source is in); fe-ci.
+RUN --mount=type=bind,from=wheels,target=/wheels \
+    PIP_FIND_LINKS=/wheels TORCH_ONLY=1 ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
+COPY pyproject.toml README.md ./
+RUN ./scripts/install /opt/fe-ci "" ""
 COPY core ./core
 COPY runner ./runner
-# The same install step as a checkout's scripts/setup: the runner alone, with torch beside it.
-RUN ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
+RUN ./scripts/install /opt/fe-ci "" ""
 VOLUME /cache
 CMD ["fe-ci", "runner"]
 
-FROM ${CUDA_DEVEL_IMAGE} AS builder
+FROM ${BUILDER_BASE_IMAGE} AS builder
 ARG TORCH_SPEC=torch==2.13.0
 ARG DLPACK_REF=v1.1
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
@@ -40,15 +57,18 @@ RUN apt-get update \
       ca-certificates git g++ make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml README.md ./
 COPY scripts/install ./scripts/install
-COPY core ./core
-COPY runner ./runner
-RUN ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
+RUN --mount=type=bind,from=wheels,target=/wheels \
+    PIP_FIND_LINKS=/wheels TORCH_ONLY=1 ./scripts/install /opt/fe-ci "" "${TORCH_SPEC}"
 # The frontend's declared build requirements (pyproject.toml [build-system]), and dlpack, which
 # its CMake would otherwise clone at configure time.
 RUN /opt/fe-ci/bin/python -m pip download -d /opt/wheelhouse \
       "setuptools>=64" "cmake>=3.18" "ninja==1.11.1.1" "pybind11[global]>=2.13,<3" wheel \
  && git clone --depth 1 --branch "${DLPACK_REF}" https://github.com/dmlc/dlpack /opt/dlpack
+COPY pyproject.toml README.md ./
+RUN ./scripts/install /opt/fe-ci "" ""
+COPY core ./core
+COPY runner ./runner
+RUN ./scripts/install /opt/fe-ci "" ""
 VOLUME /cache
 CMD ["fe-ci", "runner"]

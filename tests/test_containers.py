@@ -1,6 +1,7 @@
-"""The deployment files, checked without a Docker engine: the compose file validates (with and
-without the Postgres profile), the Dockerfiles pass hadolint, every image installs with the same
-script as a checkout, and the images' health check answers."""
+"""The deployment files, checked without a Docker engine: the compose files validate (with and
+without the Postgres profile, with the CPU runner's file), the Dockerfiles pass hadolint, every
+fe-ci image installs with the same script as a checkout, and the images' health check answers.
+scripts/container-smoke builds and runs them (CI's last step; tests/test_container_smoke.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 
 from testkit.service import ROOT, Service
 
-DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
+DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))  # the fe-ci images
+ALL_DOCKERFILES = [*DOCKERFILES, ROOT / "docker" / "postgres-debian" / "Dockerfile"]
 
 
 def _compose() -> str:
@@ -25,12 +27,16 @@ def _compose() -> str:
     return found
 
 
-def _config(tmp_path: Path, *args: str, services: bool = False) -> subprocess.CompletedProcess[str]:
-    """``docker-compose [args] config`` on the repository's file, with .env.example as the .env."""
+def _config(
+    tmp_path: Path, *args: str, services: bool = False, env: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``docker-compose [args] config`` on the repository's files, with .env.example and ``env``
+    as the .env."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "docker-compose.yml", project / "docker-compose.yml")
-    shutil.copy(ROOT / ".env.example", project / ".env")
+    for name in ("docker-compose.yml", "docker-compose.cpu.yml"):
+        shutil.copy(ROOT / name, project / name)
+    (project / ".env").write_text((ROOT / ".env.example").read_text() + env)
     cmd = [_compose(), *args, "config", *(["--services"] if services else [])]
     return subprocess.run(cmd, cwd=project, capture_output=True, text=True, timeout=60)
 
@@ -51,6 +57,43 @@ def test_compose_file_validates_and_has_what_a_deployment_needs(tmp_path: Path) 
     assert "image: postgres:" in with_pg.stdout
 
 
+def _service(rendered: str, name: str) -> str:
+    """One service's block of ``docker-compose config`` output."""
+    block = rendered.split(f"\n  {name}:\n", 1)[1]
+    return re.split(r"\n  [a-z-]+:\n|\n[a-z]", block, maxsplit=1)[0]
+
+
+def test_the_cpu_runner_file_adds_a_runner_without_a_gpu(tmp_path: Path) -> None:
+    """docker-compose.cpu.yml beside the main file: a runner with the sandbox's settings, built
+    on Debian with a CPU torch, and no GPU reservation; the GPU runner is as it was."""
+    both = ("-f", "docker-compose.yml", "-f", "docker-compose.cpu.yml")
+    proc = _config(tmp_path, *both)
+    assert proc.returncode == 0, proc.stderr
+    cpu = _service(proc.stdout, "runner-cpu")
+    assert "nvidia" not in cpu and "deploy" not in cpu
+    assert "SYS_ADMIN" in cpu and "seccomp=unconfined" in cpu
+    assert "RUNNER_BASE_IMAGE: debian:bookworm-slim" in cpu
+    assert re.search(r"TORCH_SPEC: torch==[0-9.]+\+cpu", cpu), cpu
+    assert "target: runner" in cpu and "image: fe-ci-runner-cpu" in cpu
+    assert "FE_CI_URL: http://service:8080" in cpu
+    assert "nvidia" in _service(proc.stdout, "runner")
+    services = _config(tmp_path, *both, services=True).stdout.split()
+    assert sorted(services) == ["builder", "postgres", "runner", "runner-cpu", "service"]
+
+
+def test_the_postgres_image_and_the_published_port_can_be_chosen(tmp_path: Path) -> None:
+    """``POSTGRES_IMAGE`` (an image with the official one's settings, e.g. the Debian one that
+    docker/postgres-debian builds) and ``FE_CI_PORT`` (where the service is published)."""
+    proc = _config(tmp_path, "--profile", "postgres")
+    assert "image: postgres:16" in _service(proc.stdout, "postgres")
+    assert "published: 8080\n      target: 8080" in _service(proc.stdout, "service")
+    chosen = "POSTGRES_IMAGE=fe-ci-postgres-debian\nFE_CI_PORT=18080\n"
+    proc = _config(tmp_path, "--profile", "postgres", env=chosen)
+    assert proc.returncode == 0, proc.stderr
+    assert "image: fe-ci-postgres-debian" in _service(proc.stdout, "postgres")
+    assert "published: 18080\n      target: 8080" in _service(proc.stdout, "service")
+
+
 def test_a_broken_compose_file_is_refused(tmp_path: Path) -> None:
     """The check above can fail: an unknown key is refused."""
     project = tmp_path / "project"
@@ -64,7 +107,7 @@ def test_a_broken_compose_file_is_refused(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "restrat" in proc.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", ALL_DOCKERFILES, ids=lambda p: p.parent.name + "/" + p.name)
 def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     if not hadolint.exists():
@@ -90,15 +133,42 @@ def _runs(text: str) -> list[str]:
     return [line.strip()[4:] for line in joined.splitlines() if line.strip().startswith("RUN ")]
 
 
+def _stages(dockerfile: Path) -> list[str]:
+    """The build stages (``FROM`` to the next), less the empty ``scratch`` ones."""
+    stages = re.split(r"^FROM ", dockerfile.read_text(), flags=re.M)[1:]
+    return [stage for stage in stages if not stage.startswith("scratch ")]
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_every_image_installs_fe_ci_with_the_shared_script(dockerfile: Path) -> None:
-    text = dockerfile.read_text()
-    stages = [s for s in re.split(r"^FROM ", text, flags=re.M)[1:]]
+    """Each stage installs fe-ci with scripts/install, or takes the environment one made."""
+    stages = _stages(dockerfile)
     assert stages
     for stage in stages:
         runs = _runs(stage)
-        assert any(r.startswith("./scripts/install ") for r in runs), stage.splitlines()[0]
+        installs = any(re.search(r"(^|\s)\./scripts/install ", r) for r in runs)
+        takes = re.search(r"^COPY --from=\w+ /opt/fe-ci /opt/fe-ci$", stage, flags=re.M)
+        assert installs or takes, stage.splitlines()[0]
         assert not any("pip install" in r for r in runs), "install through scripts/install only"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_fe_ci_source_comes_after_everything_heavy(dockerfile: Path) -> None:
+    """torch and fe-ci's dependencies install from pyproject.toml before the source is copied,
+    and nothing that downloads comes after it: a change to the source rebuilds only the layers
+    that install fe-ci itself."""
+    checked = 0
+    for stage in _stages(dockerfile):
+        steps = [line for line in stage.splitlines() if line.startswith(("COPY ", "RUN "))]
+        source = [i for i, s in enumerate(steps) if re.match(r"COPY (core|runner|service) ", s)]
+        if not source:
+            continue
+        before, after = " ".join(steps[: source[0]]), steps[source[0] :]
+        assert "./scripts/install " in before, stage.splitlines()[0]
+        runs = [s for s in after if s.startswith("RUN ")]
+        assert runs and all(r.startswith("RUN ./scripts/install ") for r in runs), runs
+        checked += 1
+    assert checked
 
 
 def test_setup_uses_the_same_install_script() -> None:
@@ -126,8 +196,10 @@ def test_env_example_names_only_real_settings() -> None:
     named = set(re.findall(r"^#?\s*(FE_CI_[A-Z_]+)=", text, flags=re.M))
     assert {"FE_CI_SUBMIT_TOKEN", "FE_CI_RUNNER_TOKEN", "FE_CI_WEBHOOK_SECRET"} <= named
     assert named <= known, named - known
-    compose = (ROOT / "docker-compose.yml").read_text()
-    assert set(re.findall(r"\b(FE_CI_[A-Z_]+):", compose)) <= known
+    for name in ("docker-compose.yml", "docker-compose.cpu.yml"):
+        compose = (ROOT / name).read_text()
+        # FE_CI_PORT is compose's own: the host port it publishes the service on (as quickstart's)
+        assert set(re.findall(r"\b(FE_CI_[A-Z_]+):", compose)) <= known | {"FE_CI_PORT"}
 
 
 def test_build_context_holds_what_the_images_copy_and_no_secrets() -> None:
@@ -140,6 +212,6 @@ def test_build_context_holds_what_the_images_copy_and_no_secrets() -> None:
     assert ".env" not in allowed and ".venv" not in allowed
     for dockerfile in DOCKERFILES:
         for line in dockerfile.read_text().splitlines():
-            if line.startswith("COPY "):
+            if line.startswith("COPY ") and not line.startswith("COPY --from="):
                 sources = line.split()[1:-1]
                 assert set(sources) <= allowed, (dockerfile.name, line)
