@@ -36,20 +36,18 @@ def _bin_without_engines(tmp_path: Path, *keep: str) -> Path:
     return bin_dir
 
 
-def _run(env: dict[str, str], cwd: Path = ROOT, timeout: float = 120) -> tuple[int, str, str]:
+def _run(env: dict[str, str]) -> tuple[int, str, str]:
     proc = subprocess.run(
-        [str(cwd / "scripts" / "container-smoke")],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        [str(SMOKE)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def _one_error(stderr: str) -> str:
-    """The error line: the last line of stderr, and the only one that is an error."""
+    """The error, which is all the smoke wrote to stderr: one line."""
     lines = stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith(ERROR)]
-    assert len(errors) == 1 and lines[-1] == errors[0], stderr
-    return errors[0][len(ERROR) :]
+    assert len(lines) == 1 and lines[0].startswith(ERROR), stderr
+    return lines[0][len(ERROR) :]
 
 
 def test_without_an_engine_it_says_so_in_one_line(tmp_path: Path) -> None:
