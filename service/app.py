@@ -36,8 +36,7 @@ def _error(status: int, code: str, message: str, detail: Any = None) -> JSONResp
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        headers = {"Connection": "close"} if exc.close_connection else None
-        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -124,8 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
-    app.state.uploads_in_flight = 0
-    app.add_middleware(limits.BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
+    limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = db.session_factory(engine)

@@ -55,7 +55,13 @@ class Settings(BaseSettings):
     webhook_max_kb: int = Field(default=1024, ge=1)
     header_timeout_s: float = Field(default=10.0, gt=0)  # connect to the end of the request head
     body_timeout_s: float = Field(default=30.0, gt=0)  # between two chunks of a request body
+    # A request body of N bytes must be complete within BODY_DEADLINE_S + N / BODY_MIN_RATE_KB
+    # and keep that pace as it arrives (service/limits.py): the 1.32.0 wheel (11.6 MB) gets
+    # 30 s + 177 s, a push payload of 8 KB 30 s; a client at 1 byte/s is cut after 30 s.
+    body_deadline_s: float = Field(default=30.0, gt=0)
+    body_min_rate_kb: float = Field(default=64.0, gt=0)  # KiB/s
     max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
+    max_webhooks: int = Field(default=8, ge=1)  # webhook bodies read at once (1 MiB each at most)
     max_connections: int = Field(default=1000, ge=1)
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.

@@ -16,6 +16,7 @@ class ApiError(Exception):
     # Refused with the rest of its body unread: the connection is closed rather than read on
     # (or mis-framed) while the client is still sending.
     close_connection: ClassVar[bool] = False
+    retry_after_s: ClassVar[int | None] = None  # sent as Retry-After (a refusal for now)
 
     def __init__(self, message: str | None = None, *, detail: Any = None) -> None:
         self.text = message or self.message
@@ -24,6 +25,12 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.text, "detail": self.detail}}
+
+    def headers(self) -> dict[str, str]:
+        out = {"Connection": "close"} if self.close_connection else {}
+        if self.retry_after_s is not None:
+            out["Retry-After"] = str(self.retry_after_s)
+        return out
 
 
 class Unauthorized(ApiError):
@@ -69,7 +76,25 @@ class RequestTimeout(ApiError):
 
 
 class TooManyRequests(ApiError):
-    code, status_code, message = "too_many_uploads", 503, "too many uploads at once; retry later"
+    """Refused at once with its body unread, so a refused client holds no connection."""
+
+    code, status_code, message = "too_many_requests", 503, "too busy; retry in a few seconds"
+    close_connection = True
+    retry_after_s = 5
+
+
+class TooManyUploads(TooManyRequests):
+    code, message = "too_many_uploads", "too many uploads at once; retry in a few seconds"
+
+
+class TooManyWebhooks(TooManyRequests):
+    code, message = "too_many_webhooks", "too many webhook deliveries at once; redeliver later"
+
+
+class BadSignature(ApiError):
+    """A webhook without a well-formed signature: refused from its headers, the body unread."""
+
+    code, status_code, message = "unauthorized", 401, "missing or malformed X-Hub-Signature-256"
     close_connection = True
 
 

@@ -1,16 +1,19 @@
-"""Bounds on what a client can hold: time to send its headers, time between body chunks, uploads
-at once, connections at once.
+"""Bounds on what a client can hold: time to send its headers, time and pace of its body, uploads
+and webhook bodies at once, connections at once.
 
 - Headers: a connection that has not sent a complete request head within ``header_timeout_s``
   of connecting (or of its first byte after a keep-alive pause) is closed. Uvicorn's keep-alive
   timeout covers only the idle time after a response; a client that sends one header byte at a
   time, or nothing at all after connecting, was held for ever.
-- Body: between two chunks of a request body at most ``body_timeout_s``; past it the request
-  answers ``408 request_timeout`` and its connection is closed. Only while the body is still
-  arriving: a response that waits for the client to go away (live updates) is not timed.
+- Body: a whole-body deadline and a minimum rate (``body_deadline_s`` plus the body's size at
+  ``body_min_rate_kb``), and at most ``body_timeout_s`` between two chunks; past either the
+  request answers ``408 request_timeout`` and its connection is closed. Only while the body is
+  still arriving: a response that waits for the client to go away (live updates) is not timed.
 - Uploads: at most ``max_uploads`` wheel bodies stream at once, over the whole service (a limit
   per client address means nothing behind a proxy, and every submitter shares one token); the
-  next answers ``503 too_many_uploads``.
+  next answers ``503 too_many_uploads``. Webhooks: at most ``max_webhooks`` bodies are read at
+  once; the next answers ``503 too_many_webhooks``. Both with ``Retry-After``, and at once: a
+  refused client holds no connection.
 - Connections: uvicorn's ``limit_concurrency`` (its own plain-text 503 past it).
 """
 
@@ -23,12 +26,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import h11
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from service.config import Settings
-from service.errors import RequestTimeout, TooManyRequests
+from service.errors import ApiError, RequestTimeout, TooManyUploads, TooManyWebhooks
 
 log = logging.getLogger("fe_ci.limits")
 
@@ -83,51 +88,168 @@ def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
     return HeaderTimeoutProtocol
 
 
-class BodyTimeoutMiddleware:
-    """Wraps ``receive``: while a request body is still arriving, each chunk must come within
-    ``timeout_s`` or the request fails with ``RequestTimeout``."""
+class BodyDeadlineMiddleware:
+    """Wraps ``receive``: while a request body is still arriving it must keep to a schedule, or
+    the request fails with ``RequestTimeout`` (408, the connection closed).
 
-    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
-        self.app, self.timeout_s = app, timeout_s
+    The schedule is a bucket of time: it starts with ``deadline_s`` seconds, each second spent
+    takes one away, each byte received adds ``1 / min_rate`` seconds, and it never holds more
+    than ``deadline_s``. A body of N bytes is therefore complete within ``deadline_s + N /
+    min_rate`` seconds, an upload's deadline scales with the size it declares, and a client that
+    sent fast and then trickles has banked at most ``deadline_s`` seconds. Besides, no chunk may
+    be later than ``idle_s`` after the previous one.
+
+    A response started while the body is still unread (a refusal from the headers, an early
+    error) closes the connection, so the rest is never drained at the client's pace.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, idle_s: float, deadline_s: float, min_rate_bytes_s: float
+    ) -> None:
+        self.app, self.idle_s = app, idle_s
+        self.deadline_s, self.min_rate = deadline_s, min_rate_bytes_s
+
+    def total_s(self, size: int) -> float:
+        """The longest a body of ``size`` bytes may take."""
+        return self.deadline_s + size / self.min_rate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not _has_body(scope):
             await self.app(scope, receive, send)
             return
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        due = start + self.deadline_s  # the schedule: the body must have moved on by then
+        received = 0
         complete = False
+        expired: RequestTimeout | None = None
+        replaced = False
 
         async def timed_receive() -> Message:
-            nonlocal complete
+            nonlocal complete, due, received, expired
             if complete:
                 return await receive()
+            wait = min(self.idle_s, due - loop.time())
             try:
-                message = await asyncio.wait_for(receive(), self.timeout_s)
+                if wait <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), wait)
             except TimeoutError:
-                log.info("event=body_timeout path=%s timeout_s=%s", scope["path"], self.timeout_s)
-                raise RequestTimeout(
-                    f"no part of the request body arrived for {self.timeout_s:g} s",
-                    detail={"timeout_s": self.timeout_s},
-                ) from None
+                expired = self._expired(scope, loop.time() - start, received, wait)
+                raise expired from None
+            size = len(message.get("body", b""))
+            received += size
+            due = min(due + size / self.min_rate, loop.time() + self.deadline_s)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
             return message
 
-        await self.app(scope, timed_receive, send)
+        async def guarded_send(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the app's own answer to the expired body (FastAPI makes it a 400)
+            if message["type"] == "http.response.start":
+                if expired is not None:
+                    replaced = True
+                    await _answer(expired, scope, receive, send)
+                    return
+                if not complete:
+                    MutableHeaders(scope=message)["Connection"] = "close"
+            await send(message)
+
+        await self.app(scope, timed_receive, guarded_send)
+
+    def _expired(self, scope: Scope, elapsed: float, received: int, wait: float) -> RequestTimeout:
+        rate_kib = self.min_rate / 1024
+        detail: dict[str, Any] = {
+            "received": received,
+            "elapsed_s": round(elapsed, 1),
+            "min_rate_kib_s": round(rate_kib, 1),
+        }
+        declared = _content_length(scope)
+        if declared is not None:
+            detail["deadline_s"] = round(self.total_s(declared), 1)
+        if wait == self.idle_s:
+            detail["timeout_s"] = self.idle_s
+            message = f"no part of the request body arrived for {self.idle_s:g} s"
+        else:
+            message = (
+                f"the request body arrived slower than {rate_kib:g} KiB/s: {received} bytes "
+                f"in {elapsed:.0f} s"
+            )
+        log.info(
+            "event=body_timeout path=%s received=%s elapsed_s=%.1f reason=%r",
+            scope["path"],
+            received,
+            elapsed,
+            message,
+        )
+        return RequestTimeout(message, detail=detail)
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+async def _answer(error: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    response = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
+    await response(scope, receive, send)
+
+
+def install(app: Any, settings: Settings) -> None:
+    """The body deadline middleware and the counters of the slots below, on ``app``."""
+    app.state.uploads_in_flight = 0
+    app.state.webhooks_in_flight = 0
+    app.add_middleware(
+        BodyDeadlineMiddleware,
+        idle_s=settings.body_timeout_s,
+        deadline_s=settings.body_deadline_s,
+        min_rate_bytes_s=settings.body_min_rate_kb * 1024,
+    )
 
 
 @contextlib.contextmanager
 def upload_slot(request: Request) -> Iterator[None]:
     """Hold one of the service's upload slots while a wheel body streams and is checked."""
+    limit: int = request.app.state.settings.max_uploads
+    refusal = TooManyUploads(
+        f"{limit} uploads are already streaming; retry in a few seconds",
+        detail={"max_uploads": limit},
+    )
+    with _slot(request, "uploads_in_flight", limit, refusal):
+        yield
+
+
+@contextlib.contextmanager
+def webhook_slot(request: Request) -> Iterator[None]:
+    """Hold one of the service's webhook slots while a delivery's body is read and verified."""
+    limit: int = request.app.state.settings.max_webhooks
+    refusal = TooManyWebhooks(
+        f"{limit} webhook deliveries are already being read; redeliver in a few seconds",
+        detail={"max_webhooks": limit},
+    )
+    with _slot(request, "webhooks_in_flight", limit, refusal):
+        yield
+
+
+@contextlib.contextmanager
+def _slot(request: Request, counter: str, limit: int, refusal: ApiError) -> Iterator[None]:
     state = request.app.state
-    limit: int = state.settings.max_uploads
-    if state.uploads_in_flight >= limit:
-        log.info("event=upload_refused reason=too_many limit=%s", limit)
-        raise TooManyRequests(
-            f"{limit} uploads are already streaming; retry in a few seconds",
-            detail={"max_uploads": limit},
-        )
-    state.uploads_in_flight += 1
+    if getattr(state, counter) >= limit:
+        log.info("event=slot_refused counter=%s limit=%s path=%s", counter, limit, request.url.path)
+        raise refusal
+    setattr(state, counter, getattr(state, counter) + 1)
     try:
         yield
     finally:
-        state.uploads_in_flight -= 1
+        setattr(state, counter, getattr(state, counter) - 1)

@@ -3,14 +3,17 @@ end record says, slow and vanishing clients, too many uploads at once, HEAD and 
 
 from __future__ import annotations
 
+import json
+import select
 import socket
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service import wheelcheck
-from testkit.service import SUBMIT, Service
+from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_directory_bomb
 from tests.helpers import CHROMIUM, chromium
 
@@ -81,6 +84,14 @@ def upload_head(length: int, boundary: str = "b0undary") -> bytes:
     ).encode()
 
 
+def webhook_head(length: int, signature: str = "sha256=" + "0" * 64) -> bytes:
+    """A delivery's head with a well-formed signature (a wrong one: the body decides that)."""
+    return (
+        f"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: {signature}\r\n"
+        f"X-GitHub-Event: push\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 UPLOAD_START = (
     b"--b0undary\r\nContent-Disposition: form-data; name=wheel; "
     b'filename="nvidia_cudnn_frontend-1.32.0-py3-none-any.whl"\r\n\r\nPK\x03\x04'
@@ -121,13 +132,61 @@ def test_a_body_that_stops_arriving_is_a_408_and_leaves_nothing(make_service) ->
     answer = read_all(raw(svc, upload_head(10_000_000), UPLOAD_START + b"\0" * 4096))
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert b'"code":"request_timeout"' in answer
-    webhook = (
-        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
-        b"Content-Length: 1000\r\n\r\n{"
-    )
-    assert read_all(raw(svc, webhook)).startswith(b"HTTP/1.1 408")
+    assert read_all(raw(svc, webhook_head(1000), b"{")).startswith(b"HTTP/1.1 408")
     assert [p for p in svc.data_dir.rglob("*.part")] == []
     assert svc.count("builds") == 0
+
+
+def trickle(svc: Service, start: bytes, limit_s: float = 60.0) -> tuple[bytes, list[int]]:
+    """Send ``start``, then 8 bytes every 0.25 s (32 bytes/s) until the service answers or
+    closes (``limit_s`` at most), asking ``/healthz`` at every step; (the answer, the health
+    checks' statuses)."""
+    sock = raw(svc, start)
+    health: list[int] = []
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], 0.25)
+        if readable:
+            break
+        health.append(httpx.get(f"{svc.url}/healthz", timeout=30).status_code)
+        try:
+            sock.sendall(b"0" * 8)
+        except OSError:
+            break
+    try:
+        return read_all(sock), health
+    except ConnectionResetError:
+        return b"", health
+
+
+SLOW = {
+    "upload": upload_head(10_000_000) + UPLOAD_START,
+    "webhook": webhook_head(500_000) + b'{"ref": "',
+    "runner-json": (
+        f"POST /api/runners/register HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {REGISTER}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+        '{"name": "'
+    ).encode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SLOW))
+def test_a_slow_body_is_cut_at_its_deadline_while_healthz_answers(make_service, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """Was held for minutes: a few bytes every quarter second never tripped the pause between
+    chunks. Now a body must keep FE_CI_BODY_MIN_RATE_KB after FE_CI_BODY_DEADLINE_S (here
+    1 KiB/s after 2 s), and the service answers its health check meanwhile. The runner route's
+    body is read by FastAPI, which would make the cut a 400: it stays a 408."""
+    svc: Service = make_service(FE_CI_BODY_DEADLINE_S="2", FE_CI_BODY_MIN_RATE_KB="1")
+    answer, health = trickle(svc, SLOW[kind])
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "request_timeout" and "slower than 1 KiB/s" in error["message"]
+    assert error["detail"]["min_rate_kib_s"] == 1.0
+    if kind == "upload":  # the whole deadline scales with the size the upload declares
+        assert error["detail"]["deadline_s"] == round(2 + 10_000_000 / 1024, 1)
+    assert health and set(health) == {200}, health
+    assert [p for p in svc.data_dir.rglob("*.part")] == []
+    assert svc.count("builds") == 0 and svc.count("runners") == 0
 
 
 def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -158,8 +217,7 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
     """Was an ERROR with a traceback (``event=unhandled_error``) for a webhook or JSON body cut
     short; a client going away is not the service's error."""
     heads = [
-        b"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=00\r\n"
-        b"Content-Length: 1000\r\n\r\n{",
+        webhook_head(1000) + b"{",
         f"POST /validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMIT}\r\n"
         "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode(),
         upload_head(10_000_000) + UPLOAD_START,

@@ -227,3 +227,80 @@ def test_an_unsigned_body_is_refused_unread_and_a_signed_one_is_bounded(make_ser
     resp = httpx.post(url, content=iter([big]), headers=headers)  # chunked: no Content-Length
     assert resp.status_code == 413
     assert builds(svc) == []
+
+
+def webhook_head(signature: str, length: int) -> bytes:
+    return (
+        f"POST /api/webhooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+        f"X-GitHub-Delivery: held\r\nContent-Type: application/json\r\n"
+        f"X-Hub-Signature-256: {signature}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+MALFORMED = [
+    "sha256=00",
+    "sha256=" + "0" * 63,
+    "sha256=" + "0" * 65,
+    "sha256=" + "g" * 64,
+    "sha1=" + "0" * 40,
+    "sha256:" + "0" * 64,
+    "SHA256=" + "0" * 64,
+    "sha256=" + "0" * 64 + ",sha256=" + "0" * 64,
+]
+
+
+def test_a_malformed_signature_is_refused_before_the_body_is_read(service: Service) -> None:
+    """Was: any ``sha256=`` prefix let up to 1 MiB be read and held before the check. Now the
+    header must be exactly ``sha256=`` and 64 hex digits; the answer comes from the headers
+    alone, with 500 KB declared (within the limit) and one byte sent, and the connection is
+    closed."""
+    for signature in MALFORMED:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=30) as sock:
+            sock.sendall(webhook_head(signature, 500_000) + b"{")
+            answer = bytearray()
+            while chunk := sock.recv(65536):  # the service closes: nothing more is read
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 401"), (signature, bytes(answer[:300]))
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "unauthorized" and set(error) == {"code", "message", "detail"}
+        assert "malformed X-Hub-Signature-256" in error["message"], signature
+    assert builds(service) == []
+
+
+def test_webhook_bodies_past_the_cap_get_503_and_pages_and_signed_pushes_go_on(
+    make_service,  # type: ignore[no-untyped-def]
+) -> None:
+    """At most FE_CI_MAX_WEBHOOKS bodies are read at once (each holds up to 1 MiB): two
+    deliveries that stall mid-body hold both slots, the next is refused at once with 503 and
+    Retry-After, the health check and the dashboard answer meanwhile, and once the stalled
+    ones go away a signed push is read, verified and builds."""
+    svc: Service = make_service(FE_CI_MAX_WEBHOOKS="2")
+    well_formed = "sha256=" + "0" * 64
+    held = []
+    for _ in range(2):
+        sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
+        sock.sendall(webhook_head(well_formed, 500_000) + b'{"ref": "')
+        held.append(sock)
+    refused = None
+    for _ in range(50):  # until both stalled deliveries hold their slots
+        resp = send(svc, push(), delivery="third")
+        if resp.status_code == 503:
+            refused = resp
+            break
+        time.sleep(0.2)
+    assert refused is not None, "a third webhook body at once was never refused"
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_webhooks" and error["detail"] == {"max_webhooks": 2}
+    assert refused.headers["retry-after"] == "5"
+    assert httpx.get(f"{svc.url}/healthz").status_code == 200
+    assert httpx.get(f"{svc.url}/").status_code == 200
+    assert builds(svc) == []
+    for sock in held:
+        sock.close()
+    for _ in range(50):  # the slots come back when the stalled deliveries end
+        resp = send(svc, push(), delivery="after")
+        if resp.status_code != 503:
+            break
+        time.sleep(0.2)
+    assert resp.status_code == 200 and resp.json()["outcome"].startswith("queued"), resp.text
+    assert len(builds(svc)) == 1

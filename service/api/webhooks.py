@@ -1,10 +1,13 @@
 """``POST /api/webhooks/github``: a push to a watched branch becomes one commit build.
 
-A request without a signature header is refused before its body is read; the body is bounded
-(``FE_CI_WEBHOOK_MAX_KB``) while it streams, and the signature is checked over the raw body before
-anything is parsed. The repository built is always ``FE_CI_REPO_URL``, never a URL from the
-payload. A push of a commit that already has a build on that branch (queued, running or finished)
-adds none: the answer names the build. Answers fast: the work is queued.
+A request whose ``X-Hub-Signature-256`` is missing or not exactly ``sha256=`` and 64 hex digits is
+refused from its headers, its body unread. At most ``FE_CI_MAX_WEBHOOKS`` bodies are read at once
+(the next answers 503 with ``Retry-After``); each is bounded (``FE_CI_WEBHOOK_MAX_KB``) and paced
+(``service.limits``) while it streams, hashed as it arrives, and its signature is verified the
+moment its last byte is in, before anything is parsed. The repository built is always
+``FE_CI_REPO_URL``, never a URL from the payload. A push of a commit that already has a build on
+that branch (queued, running or finished) adds none: the answer names the build. Answers fast:
+the work is queued.
 """
 
 from __future__ import annotations
@@ -24,16 +27,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service import notify, queue
+from service import limits, notify, queue
 from service.config import Settings
 from service.deps import SettingsDep
-from service.errors import BadRequest, PayloadTooLarge, Unauthorized
+from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
 from service.models import Build, WebhookDelivery
 
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
 
 _SHA = re.compile(r"[0-9a-f]{40}")
+_SIGNATURE = re.compile(r"sha256=([0-9a-fA-F]{64})")
 # GitHub's delivery ids are GUIDs (36 characters). A longer one is refused rather than cut: cut to
 # the column's 100 characters, two ids sharing their first 100 would be one delivery.
 MAX_DELIVERY_ID = 100
@@ -61,21 +65,29 @@ class PushEvent(_Loose):
     pusher: Pusher | None = None
 
 
-def signature_ok(secret: str | None, body: bytes, header: str | None) -> bool:
-    if not secret or not header or not header.startswith("sha256="):
-        return False
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header[len("sha256=") :])
+def _signature(settings: Settings, header: str) -> str:
+    """The 64 hex digits of a well-formed header (lower case); refused otherwise, unread."""
+    if not settings.webhook_secret or not header:
+        raise BadSignature("missing X-Hub-Signature-256")
+    match = _SIGNATURE.fullmatch(header)
+    if match is None:
+        raise BadSignature(
+            "malformed X-Hub-Signature-256: send 'sha256=' and 64 hex digits",
+            detail={"length": len(header)},
+        )
+    return match.group(1).lower()
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused past ``limit`` bytes (declared or streamed)."""
+async def _read_signed(request: Request, secret: str, signature: str, limit: int) -> bytes:
+    """The body, refused past ``limit`` bytes (declared or streamed), hashed as it arrives and
+    verified against ``signature`` as soon as it is complete."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
             f"the payload declares {declared} bytes; the limit is {limit}",
             detail={"max_bytes": limit},
         )
+    mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -83,6 +95,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLarge(
                 f"the payload exceeds the limit of {limit} bytes", detail={"max_bytes": limit}
             )
+        mac.update(chunk)
+    if not hmac.compare_digest(mac.hexdigest(), signature):
+        raise Unauthorized("wrong X-Hub-Signature-256")
     return bytes(body)
 
 
@@ -185,12 +200,12 @@ def _record(
 @router.post("/github", status_code=200)
 async def receive_github(request: Request, settings: SettingsDep) -> dict[str, Any]:
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
-    signature = request.headers.get("x-hub-signature-256", "")
-    if not settings.webhook_secret or not signature.startswith("sha256="):
-        raise Unauthorized("missing X-Hub-Signature-256")  # refused before the body is read
-    raw = await _read_body(request, settings.webhook_max_kb * 1024)
-    if not signature_ok(settings.webhook_secret, raw, signature):
-        raise Unauthorized("wrong X-Hub-Signature-256")
+    signature = _signature(settings, request.headers.get("x-hub-signature-256", ""))
+    assert settings.webhook_secret is not None
+    with limits.webhook_slot(request):
+        raw = await _read_signed(
+            request, settings.webhook_secret, signature, settings.webhook_max_kb * 1024
+        )
     event = request.headers.get("x-github-event", "")
     delivery = request.headers.get("x-github-delivery", "")
     if event == "ping":
