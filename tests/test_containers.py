@@ -1,20 +1,30 @@
 """The deployment files, checked without a Docker engine: the compose files validate (with and
-without the Postgres profile, with the CPU runner's file), the Dockerfiles pass hadolint, every
-fe-ci image installs with the same script as a checkout, and the images' health check answers.
-scripts/container-smoke builds and runs them (CI's last step; tests/test_container_smoke.py)."""
+without the Postgres and proxy profiles, with the CPU runner's file), the Dockerfiles pass
+hadolint, every fe-ci image installs with the same script as a checkout, the images' health check
+answers, and the proxy's nginx configuration serves a real service over TLS (Debian's nginx, where
+installed). scripts/container-smoke builds and runs them (CI's last step;
+tests/test_container_smoke.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from testkit.service import ROOT, Service
+from testkit.service import ROOT, WEBHOOK, Service, free_port
+from tests.helpers import push
 
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))  # the fe-ci images
 ALL_DOCKERFILES = [*DOCKERFILES, ROOT / "docker" / "postgres-debian" / "Dockerfile"]
@@ -49,12 +59,18 @@ def test_compose_file_validates_and_has_what_a_deployment_needs(tmp_path: Path) 
     assert "SYS_ADMIN" in rendered  # the capability the candidate sandbox needs
     assert "target: builder" in rendered
     services = _config(tmp_path, services=True).stdout.split()
-    assert sorted(services) == ["builder", "postgres", "runner", "service"]
+    assert sorted(services) == ["builder", "postgres", "proxy", "runner", "service"]
     postgres = rendered.split("\n  postgres:\n", 1)[1].split("\n  runner:", 1)[0]
     assert "profiles:\n    - postgres" in postgres  # it starts only with its profile
     with_pg = _config(tmp_path, "--profile", "postgres")
     assert with_pg.returncode == 0, with_pg.stderr
     assert "image: postgres:" in with_pg.stdout
+    proxy = _service(rendered, "proxy")
+    assert "profiles:\n    - proxy" in proxy  # nginx starts only with its profile
+    assert "/etc/nginx/nginx.conf" in proxy and "/etc/nginx/certs" in proxy
+    assert "published: 443" in proxy
+    with_proxy = _config(tmp_path, "--profile", "proxy")
+    assert with_proxy.returncode == 0, with_proxy.stderr
 
 
 def _service(rendered: str, name: str) -> str:
@@ -78,7 +94,7 @@ def test_the_cpu_runner_file_adds_a_runner_without_a_gpu(tmp_path: Path) -> None
     assert "FE_CI_URL: http://service:8080" in cpu
     assert "nvidia" in _service(proc.stdout, "runner")
     services = _config(tmp_path, *both, services=True).stdout.split()
-    assert sorted(services) == ["builder", "postgres", "runner", "runner-cpu", "service"]
+    assert sorted(services) == ["builder", "postgres", "proxy", "runner", "runner-cpu", "service"]
 
 
 def test_the_postgres_image_and_the_published_port_can_be_chosen(tmp_path: Path) -> None:
@@ -215,3 +231,106 @@ def test_build_context_holds_what_the_images_copy_and_no_secrets() -> None:
             if line.startswith("COPY ") and not line.startswith("COPY --from="):
                 sources = line.split()[1:-1]
                 assert set(sources) <= allowed, (dockerfile.name, line)
+
+
+# ---------------------------------------------------------------- the proxy profile's nginx
+
+
+def _nginx() -> str:
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if found is None:
+        pytest.skip("nginx is not installed (scripts/setup installs Debian's as root)")
+    return found
+
+
+@pytest.fixture
+def proxy_dir() -> Iterator[Path]:
+    """Outside pytest's 0700 temp dirs: nginx's workers run as nobody when the test is root."""
+    path = Path(tempfile.mkdtemp(prefix="fe-ci-proxy-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _self_signed(certs: Path) -> Path:
+    certs.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(certs / "privkey.pem"), "-out", str(certs / "fullchain.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return certs / "fullchain.pem"
+
+
+def _local_conf(run: Path, upstream: int, https: int, http: int) -> Path:
+    """docker/proxy/nginx.conf with the addresses and paths of this machine in place of the
+    container's; every replaced line must be in the file, so the test follows it."""
+    text = (ROOT / "docker" / "proxy" / "nginx.conf").read_text()
+    for old, new in {
+        "server service:8080;": f"server 127.0.0.1:{upstream};",
+        "listen 443 ssl;": f"listen 127.0.0.1:{https} ssl;",
+        "listen 80;": f"listen 127.0.0.1:{http};",
+        "/etc/nginx/certs/": f"{run}/certs/",
+        "pid /tmp/nginx.pid;": f"pid {run}/nginx.pid;",
+        "access_log /dev/stdout;": f"access_log {run}/access.log;",
+        "http {\n": f"http {{\n    client_body_temp_path {run}/body;\n"
+        f"    proxy_temp_path {run}/proxy;\n",
+    }.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    conf = run / "nginx.conf"
+    conf.write_text(text)
+    return conf
+
+
+def test_the_proxy_serves_the_service_over_tls(service: Service, proxy_dir: Path) -> None:
+    """The proxy profile's configuration, run by Debian's nginx in front of a real service:
+    TLS with the mounted certificate's file names, plain HTTP redirected, pages and a signed
+    webhook (its body read whole by nginx first) proxied."""
+    cert = _self_signed(proxy_dir / "certs")
+    https, http = free_port(), free_port()
+    conf = _local_conf(proxy_dir, service.port, https, http)
+    nginx = _nginx()
+    check = subprocess.run(
+        [nginx, "-t", "-e", "stderr", "-p", str(proxy_dir), "-c", str(conf)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    proc = subprocess.Popen(
+        [nginx, "-e", "stderr", "-p", str(proxy_dir), "-c", str(conf), "-g", "daemon off;"],
+        stderr=subprocess.PIPE,
+    )
+    tls = ssl.create_default_context(cafile=str(cert))
+    base = f"https://127.0.0.1:{https}"
+    try:
+        for _ in range(100):
+            try:
+                health = httpx.get(f"{base}/healthz", verify=tls, timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.1)
+        else:
+            raise AssertionError("nginx never answered")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        plain = httpx.get(f"http://127.0.0.1:{http}/builds/1", timeout=5)
+        assert plain.status_code == 301
+        assert plain.headers["location"] == "https://127.0.0.1/builds/1"
+        page = httpx.get(f"{base}/", verify=tls, timeout=30)
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        body = json.dumps(push()).encode()
+        signature = hmac.new(WEBHOOK.encode(), body, hashlib.sha256).hexdigest()
+        headers = {
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": "through-the-proxy",
+            "X-Hub-Signature-256": f"sha256={signature}",
+        }
+        resp = httpx.post(
+            f"{base}/api/webhooks/github", content=body, headers=headers, verify=tls, timeout=30
+        )
+        assert resp.status_code == 200 and resp.json()["outcome"].startswith("queued"), resp.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
