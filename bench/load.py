@@ -73,7 +73,7 @@ class LoadResult:
         return json.dumps(data, indent=2)
 
 
-def _quantiles(values: list[float], scale: float = 1.0) -> dict[str, float]:
+def quantiles(values: list[float], scale: float = 1.0) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
@@ -191,9 +191,9 @@ def run_load(
     stop_sampling.set()
     threads[0].join()
     result.upload_mb_per_s = round(result.uploads_ok * size_mb / result.elapsed_s, 1)
-    result.upload_latency_s = _quantiles(upload_lat)
+    result.upload_latency_s = quantiles(upload_lat)
     result.reads_per_s = round(sum(result.reads_ok.values()) / result.elapsed_s, 1)
-    result.read_latency_ms = _quantiles(read_lat, 1000.0)
+    result.read_latency_ms = quantiles(read_lat, 1000.0)
     samples = [mb for _, mb in result.rss_samples_mb]
     result.rss_mb = {
         "before": round(rss_base / (1 << 20), 1),

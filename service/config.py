@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     body_min_rate_kb: float = Field(default=64.0, gt=0)  # KiB/s
     max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
     max_webhooks: int = Field(default=8, ge=1)  # webhook bodies read at once (1 MiB each at most)
+    # Wheel checks (zip directory, RECORD hashes) at once; the rest wait, holding no thread. One
+    # keeps a core of two for pages while wheels upload (docs/performance.md, "Pages under load").
+    upload_checks: int = Field(default=1, ge=1)
     max_connections: int = Field(default=1000, ge=1)
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import h11
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -207,9 +208,11 @@ async def _answer(error: ApiError, scope: Scope, receive: Receive, send: Send) -
 
 
 def install(app: Any, settings: Settings) -> None:
-    """The body deadline middleware and the counters of the slots below, on ``app``."""
+    """The body deadline middleware, the counters of the slots below and the limiter of the
+    upload checks (``service.uploads``), on ``app``."""
     app.state.uploads_in_flight = 0
     app.state.webhooks_in_flight = 0
+    app.state.upload_checks = anyio.CapacityLimiter(settings.upload_checks)
     app.add_middleware(
         BodyDeadlineMiddleware,
         idle_s=settings.body_timeout_s,
