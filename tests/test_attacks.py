@@ -203,6 +203,10 @@ def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_
     assert refused is not None, "a third upload at once was never refused"
     error = refused.json()["error"]
     assert error["code"] == "too_many_uploads" and error["detail"] == {"max_uploads": 2}
+    assert refused.headers["retry-after"] == "5"
+    # throttled uploads leave the health check and the dashboard answering
+    assert httpx.get(f"{svc.url}/healthz").status_code == 200
+    assert httpx.get(f"{svc.url}/").status_code == 200
     for sock in held:
         sock.close()
     for _ in range(50):  # the slots come back when the held uploads end
