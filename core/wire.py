@@ -277,8 +277,13 @@ class HeartbeatAck(_Model):
     cancelled: bool = False
 
 
+# A stage's runner log travels with its result, cut to its last this many characters.
+LOG_MAX_CHARS = 64 * 1024
+
+
 class StagePost(LeasedPost):
     result: StageResult
+    log: str | None = Field(default=None, max_length=LOG_MAX_CHARS)  # the stage's log, its end
 
 
 class JobFinish(LeasedPost):

@@ -253,7 +253,9 @@ class Agent:
         lease is gone). Raises ``retry.Stopped``, keeping it, when the runner stops first."""
         lease, refused = kept.lease, list[str]()
         try:
-            self._call(lambda: post_stages(self.client, lease, kept.stages, refused), "stages")
+            self._call(
+                lambda: post_stages(self.client, lease, kept.stages, refused, kept.logs), "stages"
+            )
             error = "; ".join(e for e in (kept.error, *refused) if e) or None
             self._call(lambda: self.client.finish(lease, kept.environment, error), "finish")
         except (LeaseLost, ServiceError) as exc:
@@ -364,6 +366,7 @@ class Agent:
         kept = KeptResult(
             lease=lease,
             stages=poster.unsent,
+            logs={s.name: poster.logs[s.name] for s in poster.unsent if s.name in poster.logs},
             environment=result.environment,
             error="; ".join(errors) or None,
         )

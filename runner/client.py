@@ -142,8 +142,9 @@ class Client:
         )
         return HeartbeatAck.model_validate(resp.json())
 
-    def post_stage(self, lease: JobLease, result: StageResult) -> None:
-        body = StagePost(lease_token=lease.lease_token, result=result).model_dump(mode="json")
+    def post_stage(self, lease: JobLease, result: StageResult, log: str | None = None) -> None:
+        post = StagePost(lease_token=lease.lease_token, result=result, log=log)
+        body = post.model_dump(mode="json")
         self._post(f"/api/jobs/{lease.job_id}/stages", body)
 
     def finish(self, lease: JobLease, environment: Environment, error: str | None = None) -> None:

@@ -25,6 +25,7 @@ from core.wire import JobLease, Stage, StageResult
 from runner import retry
 from runner.client import Client, ServiceError
 from runner.pipeline import Pipeline
+from runner.stage_results import stage_log
 
 log = logging.getLogger("fe_ci.agent")
 
@@ -52,6 +53,7 @@ class Poster:
         self.lost = False
         self.unsent: list[StageResult] = []  # finished, not yet acknowledged, in order
         self.refused: list[str] = []  # stages the service refused (4xx): said in the job's error
+        self.logs: dict[Stage, str] = {}  # each stage's log, sent with it (not kept past the job)
         # monotonic time past which the lease is surely gone
         self.deadline = time.monotonic() + seconds_until(lease.lease_expires_at)
 
@@ -69,8 +71,10 @@ class Poster:
         if self.lost:
             return
         self.unsent.append(result)
+        if (text := stage_log(self.pipe.opts.work_dir, result.name)) is not None:
+            self.logs[result.name] = text
         try:
-            post_stages(self.client, self.lease, self.unsent, self.refused)
+            post_stages(self.client, self.lease, self.unsent, self.refused, self.logs)
         except LeaseLost:
             self.abandon()
             return
@@ -142,7 +146,11 @@ class Poster:
 
 
 def post_stages(
-    client: Client, lease: JobLease, left: list[StageResult], refused: list[str]
+    client: Client,
+    lease: JobLease,
+    left: list[StageResult],
+    refused: list[str],
+    logs: dict[Stage, str] | None = None,
 ) -> None:
     """Post the stages of ``left`` in order, each once, removing each from it as it is stored.
 
@@ -152,7 +160,7 @@ def post_stages(
     """
     while left:
         try:
-            client.post_stage(lease, left[0])
+            client.post_stage(lease, left[0], (logs or {}).get(left[0].name))
         except ServiceError as exc:
             if exc.stale:
                 raise LeaseLost(str(exc)) from exc

@@ -4,12 +4,14 @@ a process that did not finish well."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from core.wire import Capability, Environment, Finding, Stage, StageResult, Status
+from core.wire import LOG_MAX_CHARS, Capability, Environment, Finding, Stage, StageResult, Status
 from runner import sandbox
 
 
@@ -60,3 +62,40 @@ def failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:
         duration_s=outcome.duration_s,
         log_tail=outcome.log_tail,
     )
+
+
+# The files each stage writes its output to, under ``<work dir>/logs`` (numerics comes from the
+# determinism stage's process, whose log is sent once, with determinism).
+STAGE_LOGS: dict[Stage, tuple[str, ...]] = {
+    Stage.build: ("build.log",),
+    Stage.install: ("install-warm.log", "install.log"),
+    Stage.probe: ("probe.log",),
+    Stage.determinism: ("determinism.log",),
+    Stage.refusal: ("refusal.log",),
+}
+
+
+def stage_log(work_dir: Path, stage: Stage, limit: int = LOG_MAX_CHARS) -> str | None:
+    """The end of a stage's log files (at most ``limit`` characters), or None without any.
+
+    A longer log is cut at its start, and says so in its first line.
+    """
+    parts: list[bytes] = []
+    total = 0
+    for name in STAGE_LOGS.get(stage, ()):
+        path = work_dir / "logs" / name
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - limit))
+                parts.append(fh.read(limit))
+                total += size
+        except OSError:
+            continue
+    if not parts:
+        return None
+    text = b"".join(parts).decode("utf-8", "replace")
+    if total <= limit and len(text) <= limit:
+        return text
+    note = f"[the first {total - limit} bytes of this log are left out]\n"
+    return note + text[-(limit - len(note)) :]

@@ -22,9 +22,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from core.wire import Environment, JobLease, StageResult
+from core.wire import Environment, JobLease, Stage, StageResult
 
 log = logging.getLogger("fe_ci.agent")
 
@@ -41,6 +41,7 @@ class KeptResult(BaseModel):
     stages: list[StageResult]  # those not yet acknowledged, in the order they ran
     environment: Environment
     error: str | None = None
+    logs: dict[Stage, str] = Field(default_factory=dict)  # each stage's log, sent with it
 
 
 def write_private(path: Path, text: str) -> None:

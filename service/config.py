@@ -6,7 +6,7 @@ import secrets
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -73,10 +73,17 @@ class Settings(BaseSettings):
     # The required checks that gate a build (core/gate.py says the vocabulary): the report's
     # ``gate`` and GitHub's ``fe-ci`` context follow them; the verdict stays what it is.
     require: Annotated[list[str], NoDecode] = [gate.ALL]
+    # A watched branch that turns red, or green again, is told to this URL (service/notifications)
+    notify_url: str | None = None
+    notify_secret: str | None = None  # signs each body: X-FE-CI-Signature-256: sha256=<hex>
+    notify_format: Literal["json", "slack"] = "json"
+    notify_retries: int = Field(default=5, ge=1, le=20)  # attempts in a row before waiting long
+    notify_backoff_s: float = Field(default=2.0, gt=0)  # the first wait; it doubles, jittered
+    notify_give_up_h: float = Field(default=24.0, gt=0)  # an undelivered one is dropped then
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 
-    @field_validator("submit_token", "runner_token", "webhook_secret")
+    @field_validator("submit_token", "runner_token", "webhook_secret", "notify_secret")
     @classmethod
     def _refuse_placeholders(cls, value: str | None) -> str | None:
         if value is not None and (value.lower() in _PLACEHOLDERS or len(value) < 8):

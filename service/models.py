@@ -76,9 +76,7 @@ class Build(Base):
     repo: Mapped[str | None] = mapped_column(String(500))
     commit: Mapped[str | None] = mapped_column(String(40), index=True)
     branch: Mapped[str | None] = mapped_column(String(300))
-    message: Mapped[str | None] = mapped_column(
-        Text
-    )  # the head commit's message, for commit builds
+    message: Mapped[str | None] = mapped_column(Text)  # the head commit's, for commit builds
     submitted_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -89,6 +87,8 @@ class Build(Base):
     bisection_id: Mapped[int | None] = mapped_column(
         ForeignKey("bisections.id", ondelete="SET NULL", use_alter=True), index=True
     )
+    # made by ``POST /api/builds/{id}/rerun`` (or a job's rerun) of this build
+    rerun_of: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
 
     jobs: Mapped[list[Job]] = relationship(
         back_populates="build", order_by="Job.id", cascade="all, delete-orphan"
@@ -282,7 +282,19 @@ class DeterminismRecord(_PerJob, Base):
     timer: Mapped[str | None] = mapped_column(String(16))
 
 
+class StageLog(_PerJob, Base):
+    """One stage's runner log as the runner sent it (its last ``core.wire.LOG_MAX_CHARS``),
+    the service's own secrets redacted (``service/logs.py``)."""
+
+    __tablename__ = "stage_logs"
+    __table_args__ = (UniqueConstraint("job_id", "stage"),)
+
+    stage: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text, default="")
+
+
 PER_JOB_TABLES: tuple[type[_PerJob], ...] = (
+    StageLog,
     FindingRow,
     CapabilityRow,
     DriftRowDB,
@@ -368,3 +380,21 @@ class BisectionStep(Base):
     mark: Mapped[str | None] = mapped_column(String(8))  # good | bad | skip; None while it runs
     detail: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Notification(Base):
+    """An outgoing notification (a watched branch turned red, or green again), kept until it is
+    delivered: an outbox, so a restart loses none (``service/notifications.py``)."""
+
+    __tablename__ = "notifications"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    event: Mapped[str] = mapped_column(String(32))  # branch_red | branch_green
+    body: Mapped[str] = mapped_column(Text)  # exactly the bytes sent (and signed)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -40,6 +40,7 @@ from service import (
     events,
     feature_regression,
     limits,
+    logs,
     notify,
     queue,
     remembered_configs,
@@ -57,11 +58,12 @@ from service.errors import (
     StaleLease,
 )
 from service.models import Artifact, Job, Runner, utcnow
+from service.openapi import errors
 
 router = APIRouter(prefix="/api", tags=["runners"])
 
 
-@router.post("/runners/register", response_model=RunnerRegistered)
+@router.post("/runners/register", response_model=RunnerRegistered, responses=errors(400, 403, 409))
 def register_runner(
     request: Request, body: RunnerRegister, session: SessionDep, settings: SettingsDep
 ) -> RunnerRegistered:
@@ -275,7 +277,7 @@ def _leased_job(
     return job
 
 
-@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAck)
+@router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatAck, responses=errors(409))
 def heartbeat_job(
     job_id: IdPath, body: LeasedPost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
 ) -> HeartbeatAck:
@@ -289,7 +291,7 @@ def heartbeat_job(
     return HeartbeatAck(lease_expires_at=job.lease_expires_at)
 
 
-@router.post("/jobs/{job_id}/stages", status_code=201)
+@router.post("/jobs/{job_id}/stages", status_code=201, responses=errors(400, 409))
 def post_stage(
     job_id: IdPath, body: StagePost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
 ) -> dict[str, int]:
@@ -300,7 +302,11 @@ def post_stage(
     result = body.result
     if result.name == Stage.probe:
         result = feature_regression.with_line_severity(session, job.build, result)
+    secrets = logs.secret_values(settings, body.lease_token)
+    if result.log_tail:
+        result = result.model_copy(update={"log_tail": logs.redact(result.log_tail, secrets)})
     row = store_stage(session, job, result)
+    logs.store(session, job, result.name, body.log, secrets)
     session.flush()
     determinism_records.record_determinism(session, job, body.result, settings.cost_factor)
     if body.result.name == Stage.probe:
@@ -309,7 +315,7 @@ def post_stage(
     return {"stage_id": row.id}
 
 
-@router.post("/jobs/{job_id}/finish", response_model=dict[str, str])
+@router.post("/jobs/{job_id}/finish", response_model=dict[str, str], responses=errors(409))
 def finish_job(
     request: Request, job_id: IdPath, body: JobFinish, session: SessionDep, runner: RunnerDep
 ) -> dict[str, str]:
@@ -332,7 +338,7 @@ def finish_job(
     return {"state": job.state}
 
 
-@router.get("/jobs/{job_id}/wheel", name="download_wheel")
+@router.get("/jobs/{job_id}/wheel", name="download_wheel", responses=errors(409))
 def download_wheel(
     request: Request, job_id: IdPath, session: SessionDep, runner: RunnerDep
 ) -> FileResponse:
@@ -348,7 +354,12 @@ def download_wheel(
     return FileResponse(path, filename=build.filename, media_type="application/octet-stream")
 
 
-@router.post("/jobs/{job_id}/artifact", status_code=201, name="upload_artifact")
+@router.post(
+    "/jobs/{job_id}/artifact",
+    status_code=201,
+    name="upload_artifact",
+    responses=errors(400, 408, 409, 413, 422, 503),
+)
 async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -> dict[str, str]:
     """A build job's wheel (multipart field ``wheel``), kept by (commit, Python tag)."""
     token = request.headers.get("x-lease-token", "")

@@ -1,0 +1,119 @@
+"""Each stage's runner log: stored per job as the runner sent it, the service's own secrets
+redacted on the way in, served as text (``GET /api/builds/{id}/logs``) and on the build page.
+
+The runner sends the end of each stage's log with its result (``core.wire.StagePost.log``, at
+most ``LOG_MAX_CHARS``); a stage posted without one (an older runner) shows its failure tail
+(``StageResult.log_tail``) instead. Logs belong to their job's attempt: an abandoned attempt's are
+removed with its other results (``queue._clear_attempt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core.wire import LOG_MAX_CHARS, STAGE_ORDER, BuildReport, Stage
+from service.config import Settings
+from service.models import Job, StageLog
+
+REDACTED = "[redacted]"
+PAGE_CHARS = 16 * 1024  # the build page shows each log's end; the whole one is a link away
+
+
+def secret_values(settings: Settings, *more: str | None) -> list[str]:
+    """Every secret the service holds (and ``more``, say the caller's lease token)."""
+    values = [
+        settings.submit_token,
+        settings.runner_token,
+        settings.webhook_secret,
+        settings.github_token,
+        settings.notify_secret,
+        *(settings.github_app_private_key or "").splitlines(),
+        *more,
+    ]
+    # a short value would redact ordinary words; the settings refuse tokens under 8 characters
+    return sorted({v.strip() for v in values if v and len(v.strip()) >= 8}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def store(session: Session, job: Job, stage: Stage, text: str | None, secrets: list[str]) -> None:
+    """Keep a stage's log (once: a retried post keeps the first)."""
+    if not text:
+        return
+    found = session.scalars(
+        select(StageLog.id).where(StageLog.job_id == job.id, StageLog.stage == stage.value)
+    ).first()
+    if found is not None:
+        return
+    kept = redact(text[-LOG_MAX_CHARS:], secrets)
+    session.add(StageLog(build_id=job.build_id, job_id=job.id, stage=stage.value, text=kept))
+
+
+def of_build(session: Session, build_id: int) -> dict[tuple[int, str], str]:
+    """Every stored log of a build by (job id, stage)."""
+    rows = session.execute(
+        select(StageLog.job_id, StageLog.stage, StageLog.text).where(StageLog.build_id == build_id)
+    )
+    return {(job_id or 0, stage): text for job_id, stage, text in rows}
+
+
+@dataclass(frozen=True)
+class StageLogView:
+    job_id: int
+    job: str  # "cpu job 11", "gpu job 12 (sm_90)"
+    stage: str
+    status: str
+    text: str  # the whole stored log (or the failure tail of a stage posted without one)
+    whole: bool  # a log the runner sent, not only the failure tail
+
+    @property
+    def tail(self) -> str:
+        return self.text[-PAGE_CHARS:]
+
+    @property
+    def cut(self) -> bool:
+        return len(self.text) > PAGE_CHARS
+
+
+def views(report: BuildReport, stored: dict[tuple[int, str], str]) -> list[StageLogView]:
+    """One entry per stage of every job, in the report's order (stages without any log too)."""
+    out = []
+    for job in report.jobs:
+        label = f"{job.kind.value} job {job.id}" + (f" ({job.family})" if job.family else "")
+        for stage in sorted(job.stages, key=lambda s: STAGE_ORDER.index(s.name)):
+            text = stored.get((job.id or 0, stage.name.value))
+            out.append(
+                StageLogView(
+                    job_id=job.id or 0,
+                    job=label,
+                    stage=stage.name.value,
+                    status=stage.status.value,
+                    text=text if text is not None else stage.log_tail,
+                    whole=text is not None,
+                )
+            )
+    return out
+
+
+def as_text(entries: list[StageLogView]) -> Iterator[str]:
+    """The logs as one text, each stage under its own heading line."""
+    for e in entries:
+        yield f"==> {e.job} · {e.stage} ({e.status}) <==\n"
+        if not e.text:
+            yield "(no output recorded)\n"
+        elif not e.whole:
+            yield f"(only the failure tail was sent)\n{e.text}"
+        else:
+            yield e.text
+        if e.text and not e.text.endswith("\n"):
+            yield "\n"
+        yield "\n"
