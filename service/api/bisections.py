@@ -15,6 +15,7 @@ from service import bisection_runs, notify
 from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
 from service.models import Bisection, BisectionStep, Build
+from service.openapi import errors
 
 router = APIRouter(prefix="/api/bisections", tags=["bisections"])
 
@@ -161,7 +162,7 @@ def read_bisection(session: SessionDep, bisection_id: IdPath) -> BisectionPublic
     return bisection_public(session, get_bisection(session, bisection_id))
 
 
-@router.post("/{bisection_id}/cancel", response_model=BisectionPublic)
+@router.post("/{bisection_id}/cancel", response_model=BisectionPublic, responses=errors(409))
 def cancel_bisection(
     request: Request, session: SessionDep, _submitter: SubmitterDep, bisection_id: IdPath
 ) -> BisectionPublic:

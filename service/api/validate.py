@@ -17,6 +17,7 @@ from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep
 from service.errors import BadRequest, UploadTooLarge
 from service.models import Build
+from service.openapi import errors
 
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
@@ -81,7 +82,13 @@ async def _read_commit(request: Request) -> str:
     return commit.lower()
 
 
-@router.post("/validate", status_code=202, response_model=BuildAccepted, openapi_extra=_BODY_DOC)
+@router.post(
+    "/validate",
+    status_code=202,
+    response_model=BuildAccepted,
+    openapi_extra=_BODY_DOC,
+    responses=errors(400, 408, 413, 422, 503),
+)
 async def create_build(
     request: Request, settings: SettingsDep, submitter: SubmitterDep
 ) -> BuildAccepted:

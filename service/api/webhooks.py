@@ -32,6 +32,7 @@ from service.config import Settings
 from service.deps import SettingsDep
 from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
 from service.models import Build, WebhookDelivery
+from service.openapi import errors
 
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
@@ -197,7 +198,7 @@ def _record(
         return {"outcome": outcome, "build_id": build_id, "created": outcome.startswith("queued")}
 
 
-@router.post("/github", status_code=200)
+@router.post("/github", status_code=200, responses=errors(400, 401, 408, 413))
 async def receive_github(request: Request, settings: SettingsDep) -> dict[str, Any]:
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
     signature = _signature(settings, request.headers.get("x-hub-signature-256", ""))
