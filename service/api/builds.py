@@ -1,21 +1,26 @@
-"""Builds: the list (newest first, paged by cursor), one build's report, cancellation."""
+"""Builds: the list (newest first, paged by cursor), one build's report, its logs and wheel,
+cancellation and reruns (``service/reruns.py`` says why a rerun is a new build)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, PlainTextResponse
 from sqlalchemy.orm import Session, selectinload
 
-from core.wire import BuildReport, BuildsPage
-from service import notify, queue, stored_reports
+from core.wire import BuildAccepted, BuildReport, BuildsPage, Stage
+from service import logs, notify, queue, reruns, stored_reports, uploads
 from service.assemble import build_report, summary
 from service.build_list import filtered_builds
-from service.deps import CursorQuery, IdPath, SessionDep, SubmitterDep
+from service.deps import MAX_ID, CursorQuery, IdPath, SessionDep, SettingsDep, SubmitterDep
 from service.errors import Conflict, NotFound
-from service.models import Build
+from service.models import Build, Job
+from service.openapi import errors
 
+log = logging.getLogger("fe_ci.builds")
 router = APIRouter(prefix="/api/builds", tags=["builds"])
 
 
@@ -83,7 +88,7 @@ async def read_build(request: Request, build_id: IdPath) -> Response:
     return stored_reports.respond(request, rendered)
 
 
-@router.post("/{build_id}/cancel", response_model=BuildReport)
+@router.post("/{build_id}/cancel", response_model=BuildReport, responses=errors(409))
 def cancel_build(
     request: Request, session: SessionDep, _submitter: SubmitterDep, build_id: IdPath
 ) -> BuildReport:
@@ -95,3 +100,87 @@ def cancel_build(
     session.commit()
     notify.queue_changed(request.app)
     return stored_reports.current(session, build)
+
+
+@router.post(
+    "/{build_id}/rerun", status_code=202, response_model=BuildAccepted, responses=errors(409)
+)
+def rerun_build(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    _submitter: SubmitterDep,
+    build_id: IdPath,
+) -> BuildAccepted:
+    """Run a finished build again: a new build of the same wheel or commit, with fresh jobs."""
+    new = reruns.rerun_build(session, settings, get_build(session, build_id))
+    session.commit()
+    log.info("event=build_rerun build=%s of=%s", new.id, build_id)
+    notify.queue_changed(request.app)
+    return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
+
+
+@router.post(
+    "/{build_id}/jobs/{job_id}/rerun",
+    status_code=202,
+    response_model=BuildAccepted,
+    responses=errors(409),
+)
+def rerun_job(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    _submitter: SubmitterDep,
+    build_id: IdPath,
+    job_id: IdPath,
+) -> BuildAccepted:
+    """Run one job of a finished build again: a new build in which the other jobs keep their
+    results."""
+    build = get_build(session, build_id)
+    job = session.get(Job, job_id)
+    if job is None or job.build_id != build.id:
+        raise NotFound(f"build {build_id} has no job {job_id}")
+    new = reruns.rerun_job(session, settings, build, job)
+    session.commit()
+    log.info("event=job_rerun build=%s of=%s job=%s", new.id, build_id, job_id)
+    notify.queue_changed(request.app)
+    return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
+
+
+@router.get(
+    "/{build_id}/logs",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def read_build_logs(
+    session: SessionDep,
+    build_id: IdPath,
+    job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    stage: Stage | None = None,
+) -> PlainTextResponse:
+    """Every stage's runner log as text, each under a heading line (``job``, ``stage``: only
+    those)."""
+    report = stored_reports.current(session, get_build(session, build_id))
+    entries = logs.views(report, logs.of_build(session, build_id))
+    entries = [
+        e
+        for e in entries
+        if (job is None or e.job_id == job) and (stage is None or e.stage == stage.value)
+    ]
+    return PlainTextResponse("".join(logs.as_text(entries)))
+
+
+@router.get(
+    "/{build_id}/wheel",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+def download_build_wheel(session: SessionDep, settings: SettingsDep, build_id: IdPath) -> Response:
+    """The build's wheel (an upload's, or the one built from its commit), under its file name."""
+    build = get_build(session, build_id)
+    if build.sha256 is None or build.filename is None:
+        raise NotFound(f"build {build_id} has no wheel (yet)")
+    path = uploads.blob_path(settings.data_dir, build.sha256)
+    if not path.is_file():
+        raise NotFound(f"the wheel of build {build_id} is no longer stored")
+    return FileResponse(path, filename=build.filename, media_type="application/octet-stream")

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
+
+from service.errors import NotFound
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -21,6 +24,15 @@ def timed(response: HTMLResponse, started: float) -> HTMLResponse:
     """Queries and rendering time in a ``Server-Timing`` header (the benchmark reads it)."""
     response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
     return response
+
+
+def not_found(request: Request, message: str) -> HTMLResponse:
+    """A 404 page for a browser; the one error shape for any other client (scripts, curl)."""
+    if "text/html" not in request.headers.get("accept", ""):
+        raise NotFound(message)
+    return templates.TemplateResponse(
+        request, "not_found.html", {"message": message}, status_code=404
+    )
 
 
 def when(value: datetime | None) -> str:

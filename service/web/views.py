@@ -21,21 +21,23 @@ from sqlalchemy import select
 from core.subjects import SUBJECTS
 from core.verdict import missed_stages
 from core.wire import STAGE_ORDER, RefusalReport, Status, Verdict
-from service import stored_reports
+from service import logs, stored_reports
 from service.api.bisections import of_build
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
-from service.web import bisections, live, runners, trends
+from service.web import badge, bisections, compare, live, runners, trends
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs
-from service.web.templating import HERE, templates, timed
+from service.web.templating import HERE, not_found, templates, timed
 
 router = APIRouter(include_in_schema=False)
 router.include_router(live.router)
 router.include_router(trends.router)
 router.include_router(runners.router)
 router.include_router(bisections.router)
+router.include_router(badge.router)
+router.include_router(compare.router)
 
 VERDICTS = [v.value for v in Verdict]
 
@@ -180,6 +182,7 @@ def read_build_page(
             "subjects": SUBJECTS,
             "now": now,
             "bisection": of_build(session, build),
+            "logs": logs.views(report, logs.of_build(session, build_id)),
         },
     )
     return timed(response, started)
@@ -197,9 +200,4 @@ def read_build_junit(session: SessionDep, build_id: IdPath) -> Response:
 
 
 def _not_found(request: Request, message: str) -> HTMLResponse:
-    """A page for a browser; the one error shape for any other client (scripts, curl)."""
-    if "text/html" not in request.headers.get("accept", ""):
-        raise NotFound(message)
-    return templates.TemplateResponse(
-        request, "not_found.html", {"message": message}, status_code=404
-    )
+    return not_found(request, message)
