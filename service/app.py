@@ -16,7 +16,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import bisection_runs, blobsweep, db, github, headers, limits, notify, queue, uploads
+from service import (
+    bisection_runs,
+    blobsweep,
+    db,
+    github,
+    headers,
+    limits,
+    notifications,
+    notify,
+    openapi,
+    queue,
+    uploads,
+)
 from service.api import bisections, builds, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
@@ -72,6 +84,7 @@ async def _sweeper(app: FastAPI) -> None:
             if changed:
                 notify.queue_changed(app)
             app.state.bisect.kick()  # also picks up what a restart interrupted
+            app.state.notifier.kick()  # notifications due again, or left by a restart
         except Exception:
             log.exception("event=sweep_failed")
 
@@ -129,6 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessions = db.session_factory(engine)
     app.state.sessions.configure(info={"settings": settings})  # the report reads FE_CI_REQUIRE
     github.StatusReporter(settings).install(app.state.sessions)
+    app.state.notifier = notifications.Notifier(settings, app.state.sessions)
+    app.state.notifier.install()
     app.state.bisect = bisection_runs.Driver(
         settings, app.state.sessions, on_queued=lambda: notify.queue_changed(app)
     )
@@ -142,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(views.router)
     views.mount_static(app)
     apidocs.install_api_docs(app)
+    openapi.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz(session: SessionDep) -> dict[str, str]:
