@@ -3,9 +3,12 @@
 One ``testsuite`` per job and stage, one ``testcase`` per check (a stage without checks is one
 testcase itself, so a failed install shows), one suite of skipped testcases for the subjects whose
 determinism did not run (each with its reason, worded as on the dashboard), and one suite for the
-build's findings of severity ``error``. Statuses map: ``fail`` -> ``<failure>``; ``error``,
-``timeout``, ``crashed`` and ``inconclusive`` -> ``<error type=...>`` (commit statuses call
-inconclusive an error too); ``skipped`` and ``not_applicable`` -> ``<skipped>`` with the reason.
+build's findings of severity ``error``. A job that has not finished gets a suite of one skipped
+testcase that says so (a pending build is never an empty, green-looking file). Times are real: a
+suite's is its stage's ``duration_s``, shared evenly by its testcases. Statuses map: ``fail`` ->
+``<failure>``; ``error``, ``timeout``, ``crashed`` and ``inconclusive`` -> ``<error type=...>``
+(commit statuses call inconclusive an error too); ``skipped`` and ``not_applicable`` ->
+``<skipped>`` with the reason.
 A failing or inconclusive check's text ends with the command that reproduces it.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
-from core.wire import BuildReport, Check, JobReport, Severity, StageResult, Status
+from core.wire import BuildReport, Check, JobReport, JobState, Severity, StageResult, Status
 
 _ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
 _SKIPS = {Status.skipped, Status.not_applicable}
@@ -26,8 +29,15 @@ def _text(value: str) -> str:
     return _NOT_XML.sub("\ufffd", value)
 
 
-def _case(suite: ET.Element, classname: str, name: str, status: Status, detail: str) -> str:
-    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
+def _case(
+    suite: ET.Element,
+    classname: str,
+    name: str,
+    status: Status,
+    detail: str,
+    seconds: float = 0.0,
+) -> str:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
     detail = _text(detail)
     message = detail or status.value
     if status == Status.fail:
@@ -67,9 +77,14 @@ def _stage_suite(root: ET.Element, build: BuildReport, job: JobReport, stage: St
         ET.SubElement(props, "property", name=key, value=value)
     ET.SubElement(props, "property", name="verdict", value=build.verdict.value)
     cases = stage.checks or []
-    outcomes = [_case(suite, classname, c.name, c.status, _with_repro(c, job)) for c in cases]
+    share = stage.duration_s / max(1, len(cases))
+    outcomes = [
+        _case(suite, classname, c.name, c.status, _with_repro(c, job), share) for c in cases
+    ]
     if not cases:
-        outcomes.append(_case(suite, classname, stage.name.value, stage.status, stage.reason))
+        outcomes.append(
+            _case(suite, classname, stage.name.value, stage.status, stage.reason, share)
+        )
     _count(suite, outcomes)
     if stage.log_tail:
         ET.SubElement(suite, "system-out").text = _text(stage.log_tail)
@@ -82,12 +97,33 @@ def _count(suite: ET.Element, outcomes: list[str]) -> None:
     suite.set("skipped", str(sum(o in _SKIPS for o in outcomes)))
 
 
+_UNDERWAY = {
+    JobState.waiting: "waiting for the wheel",
+    JobState.queued: "queued",
+    JobState.leased: "running",
+}
+
+
+def _pending_suite(root: ET.Element, build: BuildReport, job: JobReport) -> None:
+    """A job still underway: one skipped testcase that says so."""
+    suite = ET.SubElement(root, "testsuite", name=f"{_job_name(job)}/pending", time="0")
+    where = f"an {job.family} runner" if job.family else "a runner"
+    state = _UNDERWAY.get(job.status, job.status.value)
+    if job.status == JobState.queued:
+        state = f"queued, waiting for {where}"
+    text = f"pending: the job is {state}; {len(job.stages)} stages reported so far"
+    classname = f"fe_ci.build{build.id}.{_job_name(job)}"
+    _count(suite, [_case(suite, classname, "pending", Status.skipped, text)])
+
+
 def junit_xml(build: BuildReport) -> bytes:
     title = f"fe-ci build {build.id} {build.version or ''}: {build.verdict.value}"
     root = ET.Element("testsuites", name=_text(title))
     for job in build.jobs:
         for stage in job.stages:
             _stage_suite(root, build, job, stage)
+        if job.status in _UNDERWAY:
+            _pending_suite(root, build, job)
     if build.not_run:
         suite = ET.SubElement(root, "testsuite", name="subjects not run", time="0")
         classname = f"fe_ci.build{build.id}.determinism"
@@ -113,4 +149,5 @@ def junit_xml(build: BuildReport) -> bytes:
     suites = root.findall("testsuite")
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
+    root.set("time", f"{sum(float(s.get('time', '0')) for s in suites):.3f}")
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
