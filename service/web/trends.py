@@ -22,7 +22,7 @@ from service.web.templating import templates, timed
 router = APIRouter(include_in_schema=False)
 
 WIDTH, HEIGHT = 640, 160
-PAD_L, PAD_R, PAD_T, PAD_B = 58, 12, 10, 26
+PAD_L, PAD_R, PAD_T, PAD_B = 58, 12, 10, 38  # the x axis: two lines, version and date
 FAMILY_COLOURS = {"sm_80": "#7a5cc4", "sm_90": "#1f6fd1", "sm_100": "#d16f1f", None: "#556070"}
 STAGE_COLOURS = {
     "build": "#7a5cc4",
@@ -80,6 +80,7 @@ class Chart:
     series: list[Series] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)  # row labels of a mark strip
+    labels: dict[int, tuple[str, str]] = field(default_factory=dict)  # build: version, date
     width: int = WIDTH
     height: int = HEIGHT
 
@@ -99,9 +100,14 @@ class Chart:
         return [(self.y(v), fmt.format(v)) for v in (0, self.y_max / 2, self.y_max)]
 
     @property
-    def x_ticks(self) -> list[tuple[float, str]]:
-        step = max(1, len(self.builds) // 8)
-        return [(self.x(b), f"#{b}") for b in self.builds[::step]]
+    def x_ticks(self) -> list[tuple[float, str, str]]:
+        """(x, the build's version or commit, its date) for at most about eight builds."""
+        step = max(1, len(self.builds) // (8 if self.width > 500 else 5))
+        return [(self.x(b), *self.labels.get(b, (f"#{b}", ""))) for b in self.builds[::step]]
+
+    @property
+    def empty(self) -> bool:
+        return not self.series and not self.marks
 
 
 def recent_builds(session: Session, limit: int) -> list[int]:
@@ -252,6 +258,17 @@ def versions(session: Session, builds: list[int]) -> dict[int, str]:
     return {i: v or "?" for i, v in rows}
 
 
+def axis_labels(session: Session, builds: list[int]) -> dict[int, tuple[str, str]]:
+    """Per build, the x axis's two lines: its version (a commit build's short sha where it
+    reported none) and the day it was submitted."""
+    rows = session.execute(
+        select(Build.id, Build.version, Build.commit, Build.created_at).where(Build.id.in_(builds))
+    )
+    return {
+        i: (v or (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "") for i, v, c, at in rows
+    }
+
+
 @router.get("/trends", response_class=HTMLResponse)
 def read_trends(
     request: Request,
@@ -269,17 +286,22 @@ def read_trends(
                 deterministic_chart(session, name, ids),
                 cost_chart(session, name, ids),
             ]
+    durations = duration_charts(session, ids) if ids else []
+    labels = axis_labels(session, ids) if ids else {}
+    for chart in [*durations, *(c for group in charts.values() for c in group)]:
+        chart.labels = labels
     response = templates.TemplateResponse(
         request,
         "trends.html",
         {
             "ids": ids,
             "charts": dict(charts),
-            "durations": duration_charts(session, ids) if ids else [],
+            "durations": durations,
             "versions": versions(session, ids),
             "bits": bits_by_build(session, ids) if ids else {},
             "limit": builds,
             "families": FAMILIES,
+            "subject_families": {name: s.families for name, s in SUBJECTS.items()},
             "dims": {"l": PAD_L, "r": PAD_R, "t": PAD_T, "b": PAD_B},
         },
     )
