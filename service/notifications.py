@@ -186,6 +186,19 @@ class Notifier:
         info = dict(self.sessions.kw.get("info") or {})
         self.sessions.configure(info={**info, "notifier": self})
         event.listen(self.sessions, "after_commit", self._after_commit)
+        self._release_claims()
+
+    def _release_claims(self) -> None:
+        """At start: what a stopped process had in flight is due now. Delivery is at least once
+        (a receiver drops a repeat by its ``X-FE-CI-Delivery``)."""
+        now = utcnow()
+        with self.sessions() as session:
+            session.execute(
+                update(Notification)
+                .where(Notification.state == "pending", Notification.next_attempt_at > now)
+                .values(next_attempt_at=now)
+            )
+            session.commit()
 
     def _after_commit(self, session: Session) -> None:
         if session.info.pop(KICK_KEY, False):

@@ -57,5 +57,9 @@ def test_wheel_probed_by_a_runner_and_shown(make_service) -> None:  # type: igno
     assert "1.32.0" in page and "docstring" in page and "incomplete" in page
     grid = httpx.get(f"{svc.url}/").text
     assert f'href="/builds/{build_id}"' in grid
+    # each stage's log came with its result: pip's install, served as text
+    logs = httpx.get(f"{svc.url}/api/builds/{build_id}/logs").text
+    install = logs.split(f"==> cpu job {job['id']} · install (pass) <==\n", 1)[1].split("==> ")[0]
+    assert "nvidia-cudnn-frontend" in install and "only the failure tail" not in install, logs
     # the runner's work directory is gone once it reported the job finished
     assert not list((svc.data_dir.parent / "runner-cache" / "jobs").glob("job-*"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from markupsafe import escape
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from core.wire import Verdict
 from service.deps import SessionDep
@@ -55,13 +56,13 @@ def render(message: str, colour: str) -> str:
     )
 
 
-def latest_verdict(session: SessionDep, branch: str) -> Verdict | None:
+def latest_verdict(session: Session, branch: str) -> Verdict | None:
     """The verdict of the branch's newest finished build (bisection steps and cancelled builds
     say nothing about the branch)."""
     name = branch.removeprefix("refs/heads/")
     verdict = session.scalars(
         select(Build.verdict)
-        .where(Build.branch == name, Build.finished_at.is_not(None))
+        .where(Build.branch.in_([name, f"refs/heads/{name}"]), Build.finished_at.is_not(None))
         .where(Build.bisection_id.is_(None), Build.cancelled_at.is_(None))
         .order_by(Build.id.desc())
         .limit(1)
