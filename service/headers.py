@@ -4,9 +4,9 @@
   with the same status and headers and no body (FastAPI's routes answered 405).
 - ``X-Content-Type-Options: nosniff`` on every response; on HTML pages also
   ``X-Frame-Options: DENY`` and a Content-Security-Policy that allows only the service's own
-  scripts, styles, images and connections (the dashboard's one script is ``/static/live.js``;
-  inline ``style`` attributes colour the trend keys and charts). The API docs pages load their
-  own inline script and are left without the policy.
+  scripts, styles, images and connections (the dashboard's scripts are ``/static/live.js`` and
+  ``/static/controls.js``; inline ``style`` attributes colour the trend keys and charts). The API
+  docs pages load their own inline script and are left without the policy.
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
 
 # ---------------------------------------------------------------- HEAD and page headers
 
-PAGES = ["/", "/trends", "/runners", "/builds/1"]
+PAGES = ["/", "/trends", "/runners", "/builds/1", "/compare?a=1&b=1"]
 OTHERS = [
     "/healthz",
     "/api/builds",
@@ -250,9 +250,13 @@ OTHERS = [
     "/api/bisections/1",
     "/builds/1/live.json",
     "/builds/1/junit.xml",
+    "/api/builds/1/logs",
+    "/api/builds/1/wheel",
+    "/badge/develop.svg",
     "/api/jobs/1/wheel",
     "/openapi.json",
     "/static/live.js",
+    "/static/controls.js",
     "/static/style.css",
     "/docs",
 ]
