@@ -154,7 +154,10 @@ def test_the_bisection_page_reads_as_git_bisect(seeded: Any, browser: Any) -> No
     try:
         page.goto(f"{svc.url}/bisections/{ids['bisection']}")
         title = page.locator("#bisection-title").inner_text()
-        assert title.startswith("git bisect develop: where no feature_regression"), title
+        assert title.startswith(
+            "git bisect develop: the first commit where feature_regression on "
+            "grouped_gemm_dsrelu is reported"
+        ), title
         assert page.title().startswith("git bisect develop")
         rows = page.eval_on_selector_all(
             "#steps tbody tr", "rs => rs.map(r => [r.dataset.mark, r.cells[0].textContent])"

@@ -22,16 +22,16 @@ def shown(q: Question, value: str) -> str:
     """What a commit showed for the question, in words (the API keeps the raw value)."""
     subject = f" on {q.subject}" if q.subject else ""
     if value == PRESENT:
-        return f"{q.rule}{subject} reported"
+        return f"{q.rule}{subject} is reported"
     if value == ABSENT:
         return f"no {q.rule}{subject}"
-    return f"{q.check} {value}"
+    return f"{q.check} is {value}"
 
 
 def title(x: BisectionPublic) -> str:
     q = x.question
     where = f" on {q.family}" if q.family else ""
-    return f"git bisect {x.branch}: where {shown(q, q.good)}{where} became {shown(q, q.bad)}"
+    return f"git bisect {x.branch}: the first commit where {shown(q, q.bad)}{where}"
 
 
 @dataclass(frozen=True)

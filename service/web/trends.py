@@ -3,6 +3,7 @@ verdict, and stage durations, as server-rendered SVG (no JavaScript needed)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from service.web.templating import templates, timed
 router = APIRouter(include_in_schema=False)
 
 WIDTH, HEIGHT = 640, 160
-PAD_L, PAD_R, PAD_T, PAD_B = 58, 12, 10, 38  # the x axis: two lines, version and date
+PAD_L, PAD_R, PAD_T, PAD_B = 58, 22, 10, 38  # the x axis: two lines, version and date
 FAMILY_COLOURS = {"sm_80": "#7a5cc4", "sm_90": "#1f6fd1", "sm_100": "#d16f1f", None: "#556070"}
 STAGE_COLOURS = {
     "build": "#7a5cc4",
@@ -102,7 +103,7 @@ class Chart:
     @property
     def x_ticks(self) -> list[tuple[float, str, str]]:
         """(x, the build's version or commit, its date) for at most about eight builds."""
-        step = max(1, len(self.builds) // (8 if self.width > 500 else 5))
+        step = max(1, math.ceil(len(self.builds) / (8 if self.width > 500 else 5)))
         return [(self.x(b), *self.labels.get(b, (f"#{b}", ""))) for b in self.builds[::step]]
 
     @property
