@@ -34,6 +34,7 @@ from tenacity import (
 )
 
 from core.wire import BuildReport, Verdict
+from service import events
 from service.config import Settings
 from service.models import Build, FinishedReport, Notification, utcnow
 
@@ -183,10 +184,14 @@ class Notifier:
         return bool(self.settings.notify_url)
 
     def install(self) -> None:
-        info = dict(self.sessions.kw.get("info") or {})
-        self.sessions.configure(info={**info, "notifier": self})
+        if not self.enabled:
+            return
+        events.listen(self.sessions, self._build_finished)
         event.listen(self.sessions, "after_commit", self._after_commit)
         self._release_claims()
+
+    def _build_finished(self, session: Session, build: Build, report: BuildReport) -> None:
+        build_finished(session, self.settings, build, report)
 
     def _release_claims(self) -> None:
         """At start: what a stopped process had in flight is due now. Delivery is at least once
