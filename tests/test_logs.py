@@ -8,8 +8,11 @@ from pathlib import Path
 
 import httpx
 
-from core.wire import LOG_MAX_CHARS, Stage
+from core.wire import LOG_MAX_CHARS, Environment, JobLease, Stage, StageResult, Status
+from runner.client import Client
+from runner.poster import post_stages
 from runner.stage_results import stage_log
+from runner.state import KeptResult
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_wheel
 from tests.helpers import register, submit_wheel
@@ -77,3 +80,25 @@ def test_a_stage_log_is_kept_redacted_and_served_as_text(service: Service, tmp_p
     missing = httpx.get(f"{service.url}/api/builds/999/logs")
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "not_found"
+
+
+def test_a_kept_result_posts_its_logs_after_an_outage(service: Service, tmp_path: Path) -> None:
+    """A result kept on disk through an outage (runner/state.py) still carries each stage's log:
+    the runner's own client posts it, through the runner's own ``post_stages``."""
+    build_id = submit_wheel(service, make_wheel(tmp_path / "w", "1.32.0", ""))
+    runner = register(service, "ci-1")
+    lease = JobLease.model_validate(runner.post("/api/jobs/claim", json={}).json())
+    client = Client(service.url, token=runner.headers["authorization"].removeprefix("Bearer "))
+    try:
+        kept = KeptResult(
+            lease=lease,
+            stages=[StageResult(name=Stage.install, status=Status.pass_)],
+            environment=Environment(),
+            logs={Stage.install: "kept through the outage\n"},
+        )
+        again = KeptResult.model_validate_json(kept.model_dump_json())  # as read back from disk
+        post_stages(client, again.lease, again.stages, [], again.logs)
+    finally:
+        client.close()
+    text = httpx.get(f"{service.url}/api/builds/{build_id}/logs").text
+    assert "install (pass) <==\nkept through the outage\n" in text
