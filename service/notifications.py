@@ -1,9 +1,10 @@
 """Outgoing notifications: a watched branch (``FE_CI_BRANCHES``) turned red, or green again.
 
 When a commit build of a watched branch finishes (a listener of ``service/events.py``), its colour
-is compared with the branch's previous coloured build: green is ``pass`` (or, where the report has
-a gate, its ``success``), red is ``fail``, ``error`` or ``inconclusive`` (a gate's ``failure``);
-anything else (``incomplete``, a neutral gate) has no colour and changes nothing. A change is
+is compared with the branch's previous coloured build. The colour is the gate's (the required
+checks, ``FE_CI_REQUIRE``): ``success`` green, ``failure`` red; a ``neutral`` gate (a required
+check did not run) has no colour and changes nothing. (A report stored before builds had a gate:
+``pass`` green; ``fail``, ``error``, ``inconclusive`` red.) A change is
 written to the ``notifications`` table in the transaction that finished the build (an outbox: a
 restart loses nothing), and delivered after the commit by one worker thread: POSTed to
 ``FE_CI_NOTIFY_URL`` as generic JSON or a Slack-compatible message (``FE_CI_NOTIFY_FORMAT``),
@@ -54,11 +55,10 @@ _CLAIM_S = 600  # a delivery in flight is not taken by another worker for this l
 
 
 def colour(report: BuildReport) -> str | None:
-    """green, red, or None (no colour: the branch's colour stays what it was)."""
-    gate = getattr(report, "gate", None)  # the required checks, where the report carries them
-    conclusion = getattr(gate, "conclusion", None)
-    if conclusion is not None:
-        return _GATE_COLOURS.get(str(getattr(conclusion, "value", conclusion)))
+    """green, red, or None (no colour: the branch's colour stays what it was). The gate decides
+    (``FE_CI_REQUIRE``); a report stored before builds had one, its verdict."""
+    if report.gate is not None:
+        return _GATE_COLOURS.get(report.gate.conclusion.value)
     return _VERDICT_COLOURS.get(report.verdict)
 
 
