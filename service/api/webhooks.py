@@ -198,7 +198,7 @@ def _record(
         return {"outcome": outcome, "build_id": build_id, "created": outcome.startswith("queued")}
 
 
-@router.post("/github", status_code=200, responses=errors(400, 401, 408, 413))
+@router.post("/github", status_code=200, responses=errors(400, 401, 408, 413, 503))
 async def receive_github(request: Request, settings: SettingsDep) -> dict[str, Any]:
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
     signature = _signature(settings, request.headers.get("x-hub-signature-256", ""))
