@@ -4,7 +4,7 @@
 
 1. walk the subject's configs from small to large (starting at the one remembered for this family)
    until the control arm, knob off, varies in at least ``control_share`` of its comparisons with
-   run 0 (``pick_config``);
+   run 0 (``walk.pick_config``), sampling the best one's control again before giving up;
 2. run the deterministic arm, knob on, on the same inputs until the luck probability
    ``(1 - p_lo) ** m`` is below ``luck_target`` or ``max_repeats`` runs are spent, where ``p_lo``
    is the control's one-sided 95% Clopper-Pearson lower bound (``stats``);
@@ -28,28 +28,14 @@ from typing import Any
 
 import torch
 
-from runner.inside import bits, stats
-from runner.inside.arms import Arm, run_control, run_deterministic
+from runner.inside import bits, stats, walk
+from runner.inside.arms import Arm, run_deterministic
 from runner.inside.documents import CheckDoc, DriftDoc
 from runner.inside.numerics import check_numerics
-from runner.inside.subjects.base import Config, Subject, Workload, synchronize
+from runner.inside.subjects.base import Subject
+from runner.inside.walk import Settings
 
-
-@dataclass
-class Settings:
-    repeats: int = 8
-    max_repeats: int = 64
-    luck_target: float = 1e-3
-    control_share: float = 0.5
-    negative_control: bool = False
-
-
-@dataclass
-class Tried:
-    config: Config
-    workload: Workload
-    control: Arm
-    compile_s: float
+__all__ = ["Outcome", "Settings", "measure_subject"]
 
 
 @dataclass
@@ -65,105 +51,6 @@ class Outcome:
     # wall seconds per phase: inputs_s, warmup_s (compiling), control_s and deterministic_s
     # (runs with their digests), numerics_s (the float32 reference and the comparison)
     phases: dict[str, float] = field(default_factory=dict)
-
-
-def _prepare(
-    subject: Subject, config: Config, device: torch.device
-) -> tuple[Workload, float, float]:
-    """Build the inputs and compile the control arm's kernels, outside any timed run.
-
-    Returns the workload, the seconds the inputs took and the seconds of the warm-up (compile).
-    The deterministic arm is warmed up (``_warm_up``) only at the config the walk chooses: a
-    config left behind never compiles a kernel nothing would run.
-    """
-    synchronize(device)
-    start = time.perf_counter()
-    workload = subject.prepare(config, device)
-    synchronize(device)
-    inputs = time.perf_counter()
-    return workload, inputs - start, _warm_up(workload, device, knob=False)
-
-
-def _warm_up(workload: Workload, device: torch.device, *, knob: bool) -> float:
-    """One untimed, uncompared call of an arm (its compile, if any): the seconds it took."""
-    synchronize(device)
-    start = time.perf_counter()
-    workload.run(knob)
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def pick_config(
-    subject: Subject,
-    device: torch.device,
-    s: Settings,
-    start: str | None,
-    start_from: int | None = None,
-    pin: str | None = None,
-) -> tuple[Tried, list[dict[str, Any]], str]:
-    """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink.
-
-    ``start_from`` is the build that chose ``start``, said in the reason. ``pin`` (a repro line's
-    ``--config``) runs that config alone, whatever its control does.
-    """
-    names = [c.name for c in subject.configs]
-    if pin is not None and pin not in names:
-        raise ValueError(f"{subject.name} has no config {pin!r}; configs: {', '.join(names)}")
-    begin = pin if pin is not None else start
-    first = names.index(begin) if begin in names else 0
-    configs = subject.configs[first : first + 1] if pin is not None else subject.configs[first:]
-    history: list[dict[str, Any]] = []
-    best: Tried | None = None
-    for config in configs:
-        workload, inputs_s, warmup_s = _prepare(subject, config, device)
-        took = inputs_s + warmup_s
-        t0 = time.perf_counter()
-        control = run_control(workload, device, s.repeats)
-        history.append(
-            {
-                "config": config.name,
-                "varying": control.varying_runs,
-                "comparisons": control.comparisons,
-                "compile_s": round(took, 3),  # inputs_s + warmup_s
-                "run_s": round(control.run_s, 3),
-                "inputs_s": round(inputs_s, 3),
-                "warmup_s": round(warmup_s, 3),
-                "control_s": round(time.perf_counter() - t0, 3),
-            }
-        )
-        tried = Tried(config, workload, control, took)
-        if best is None or control.share >= best.control.share:
-            best = tried
-        if control.share >= s.control_share:
-            break
-        del workload, tried
-    assert best is not None, f"{subject.name} has no configs"
-    k, n = best.control.varying_runs, best.control.comparisons
-    source = f" from build #{start_from}" if start_from is not None else ""
-    if start in names:
-        remembered = f"remembered config {start}{source}"
-    elif start:
-        remembered = f"remembered config {start}{source} is not a config of this subject"
-    else:
-        remembered = "no remembered config"
-    if pin is not None:
-        remembered = f"config {pin} pinned by --config"
-    if best.control.share >= s.control_share:
-        if best.config.name == start:
-            why = f"{remembered}: its control still varied in {k} of {n} comparisons"
-        else:
-            why = (
-                f"{remembered}; first config from {names[first]} up whose control varied in "
-                f"{k} of {n} comparisons (>= {s.control_share:g})"
-            )
-    elif k:
-        why = (
-            f"{remembered}; no config reached a control share of {s.control_share:g}; "
-            f"{best.config.name} varied most ({k} of {n})"
-        )
-    else:
-        why = f"{remembered}; the control never varied at any config from {names[first]} up"
-    return best, history, why
 
 
 def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
@@ -219,11 +106,11 @@ def measure_subject(
     the check's ``metrics.start`` says whether it was kept or escalated from.
     """
     s = settings
-    best, history, why = pick_config(subject, device, s, start_config, start_from, pin_config)
+    best, history, why = walk.pick_config(subject, device, s, start_config, start_from, pin_config)
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
-    det_warmup_s = _warm_up(best.workload, device, knob=not s.negative_control)
+    det_warmup_s = walk.warm_up(best.workload, device, knob=not s.negative_control)
     compile_s = sum(h["compile_s"] for h in history) + det_warmup_s
     t0 = time.perf_counter()
     det = run_deterministic(
@@ -255,7 +142,8 @@ def measure_subject(
         "compile_s": round(compile_s, 3),  # the escalation's, and the deterministic warm-up
         "deterministic_warmup_s": round(det_warmup_s, 3),
         "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),
-        "escalation_steps": len(history) - 1,
+        "escalation_steps": walk.steps(history),
+        "resampled_rounds": sum(1 for h in history if h.get("resampled")),
         "outputs": {
             name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
             for name, o in det.outputs.items()
@@ -310,5 +198,5 @@ def _start_outcome(
     if start not in {c.name for c in subject.configs}:
         outcome = "unknown"  # the subject no longer has that config: walked from the smallest
     else:  # kept: the remembered config alone answered; escalated: the walk went upward
-        outcome = "kept" if chosen == start and len(history) == 1 else "escalated"
+        outcome = "kept" if chosen == start and walk.steps(history) == 0 else "escalated"
     return {"config": start, "build_id": start_from, "outcome": outcome, "chosen": chosen}
