@@ -308,6 +308,7 @@ class Agent:
             remembered=list(lease.start_configs),
             zygotes=self.zygotes,
             subjects=lease.subjects,
+            comparison=list(lease.comparison),
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

@@ -201,6 +201,7 @@ class Pipeline:
             "remembered": [r.model_dump() for r in o.remembered],
             "subjects": o.subjects,
             "pin_config": o.pin_config,
+            "comparison": [p.model_dump() for p in o.comparison],
             "negative_control": o.negative_control,
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,

@@ -12,7 +12,9 @@
    ``inconclusive`` = exact but the control never varied or the run cap came first; ``fail`` =
    the deterministic arm varied or any output was not finite;
 4. numerics: the deterministic arm's first run against a float32 reference, within the subject's
-   stated tolerances (``numerics``).
+   stated tolerances (``numerics``);
+5. the comparison point: both arms interleaved at the subject's pinned config, wherever the walk
+   went (``comparison``): the bits and the cost the next build compares against.
 
 Compiling happens in a warm-up before any timed run; compile and run seconds are reported apart.
 ``negative_control`` runs the deterministic arm with the knob off: its checks come out ``fail`` or
@@ -28,7 +30,7 @@ from typing import Any
 
 import torch
 
-from runner.inside import bits, stats, walk
+from runner.inside import bits, comparison, stats, walk
 from runner.inside.arms import Arm, run_deterministic
 from runner.inside.documents import CheckDoc, DriftDoc
 from runner.inside.numerics import check_numerics
@@ -98,12 +100,15 @@ def measure_subject(
     start_config: str | None = None,
     start_from: int | None = None,
     pin_config: str | None = None,
+    compare_at: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
     """The whole determinism verdict for one subject, plus its numerics, on ``device``.
 
     ``start_config`` is the config remembered for this subject (chosen by build ``start_from``);
-    the check's ``metrics.start`` says whether it was kept or escalated from.
+    the check's ``metrics.start`` says whether it was kept or escalated from. ``compare_at`` is
+    the subject's comparison point (``{"config", "series"}``, from the lease): measured after the
+    verdict, wherever the walk went; without one, the walk's config is measured the same way.
     """
     s = settings
     best, history, why = walk.pick_config(subject, device, s, start_config, start_from, pin_config)
@@ -148,9 +153,8 @@ def measure_subject(
             name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
             for name, o in det.outputs.items()
         },
-        # what the next comparable build compares against (runner/inside/bits.py)
-        "digests": {name: o.digests[0] for name, o in det.outputs.items() if o.digests},
-        "sample": {name: bits.sample(t) for name, t in det.first.items()},
+        # the arms at the walk's config, run one after the other; what the next build compares
+        # against is ``comparison``, measured at the comparison point with the arms interleaved
         "cost": bits.cost(control.times, det.times, det.timer),
     }
     check: CheckDoc = {
@@ -174,11 +178,31 @@ def measure_subject(
     drift = control.drift_rows(subject.name, best.config) + det.drift_rows(
         subject.name, best.config
     )
+    chosen = best.config.name
+    t0 = time.perf_counter()
+    at = (compare_at or {}).get("config") or chosen
+    warm = (chosen, best.workload) if at == chosen else None
+    del best  # a comparison point elsewhere needs the memory of the walk's workload
+    try:
+        metrics["comparison"] = comparison.measure(
+            subject,
+            device,
+            config=at,
+            pinned=compare_at,
+            repeats=s.repeats,
+            negative_control=s.negative_control,
+            warm=warm,
+        )
+    except Exception as exc:  # the verdict stands; only this build's comparison is lost
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        metrics["comparison"] = {"config_name": at, "pinned": compare_at is not None}
+        metrics["comparison"]["error"] = reason
+    phases["comparison_s"] = round(time.perf_counter() - t0, 3)
     return Outcome(
         check=check,
         numerics=numerics,
         drift=drift,
-        config=best.config.name,
+        config=chosen,
         compile_s=compile_s,
         run_s=sum(h["run_s"] for h in history) + det.run_s,
         phases=phases,

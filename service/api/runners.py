@@ -41,6 +41,7 @@ from service import (
     feature_regression,
     limits,
     notify,
+    pins,
     queue,
     remembered_configs,
     uploads,
@@ -177,9 +178,10 @@ def _lease(
     request: Request, session: Session, job: Job, token: str, lease_seconds: int
 ) -> JobLease:
     build = job.build
-    start_configs = (
-        remembered_configs.start_configs(session, job.family) if job.kind == JobKind.gpu else []
-    )
+    gpu = job.kind == JobKind.gpu and job.family is not None
+    start_configs = remembered_configs.start_configs(session, job.family) if gpu else []
+    at = job.started_at or utcnow()
+    comparison = pins.for_lease(session, job.family, at) if gpu and job.family else []
     wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
     assert job.lease_expires_at is not None
     return JobLease(
@@ -203,6 +205,7 @@ def _lease(
         else None,
         start_configs=start_configs,
         subjects=job.subjects,
+        comparison=comparison,
     )
 
 
