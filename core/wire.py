@@ -278,6 +278,9 @@ class JobLease(_Model):
     start_configs: list[RememberedConfig] = Field(default_factory=list)  # gpu jobs
     subjects: list[str] | None = None  # only these subjects (a bisection step); None: all
     comparison: list[ComparisonPoint] = Field(default_factory=list)  # gpu jobs: the pins
+    # the build's source is trusted (a commit of the configured repository, built by fe-ci's
+    # own builder): the service decides; only then may its compiled kernels be shared by source
+    trusted_source: bool = False
 
 
 class LeasedPost(_Model):

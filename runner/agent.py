@@ -309,6 +309,7 @@ class Agent:
             zygotes=self.zygotes,
             subjects=lease.subjects,
             comparison=list(lease.comparison),
+            trusted_source=lease.trusted_source,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

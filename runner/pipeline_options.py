@@ -39,6 +39,9 @@ class Options:
     pin_config: str | None = None  # run at this config, no escalation (a repro line's --config)
     # each subject's comparison point (a lease's pins, or --previous's points)
     comparison: list[ComparisonPoint] = field(default_factory=list)
+    # the service says the build is a commit of its repository built by its builder: compiled
+    # kernels are then also published under the key of their sources (runner/compile_cache.py)
+    trusted_source: bool = False
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install

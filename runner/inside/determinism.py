@@ -164,9 +164,14 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     points = plan.comparison_points(params, family)
     pin = params.get("pin_config")
     status_of = {name: plan.status_of(name, caps, device, family, pin) for name in names}
-    # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects
+    # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects.
+    # Their results are kept under the kernel sources' key where the runner gave one: what they
+    # compile is those sources (the runner publishes them there only for a trusted build)
     cache_dir = cache.get("dir")
-    cache_key = cache.get("key") if cache_dir else None
+    source_key = params.get("compile_cache_source_key")
+    if source_key and cache_dir:
+        cache["source_key"] = source_key
+    cache_key = (source_key or cache.get("key")) if cache_dir else None
     background = {
         name: compileonly.start(name, cache_dir=cache_dir, key=cache_key)
         for name in names

@@ -44,6 +44,7 @@ from service import (
     pins,
     queue,
     remembered_configs,
+    trust,
     uploads,
 )
 from service.assemble import store_stage
@@ -206,6 +207,7 @@ def _lease(
         start_configs=start_configs,
         subjects=job.subjects,
         comparison=comparison,
+        trusted_source=trust.trusted_source(session, build, request.app.state.settings.repo_url),
     )
 
 
