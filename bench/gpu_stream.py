@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, help="the genuine wheel (1.32.0 for this host)")
     parser.add_argument("--state", type=Path, help="kept between calls: service, runner, plan")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "measurements")
-    parser.add_argument("--builds", type=int, default=7, help="at most this many in this call")
+    parser.add_argument("--builds", type=int, default=1000, help="at most this many this call")
     parser.add_argument("--plan", default=DEFAULT_PLAN)
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--port", type=int, default=8089)
