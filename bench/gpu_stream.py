@@ -1,6 +1,6 @@
 """A stream of builds through the service and a GPU runner: genuine ones and planted ones.
 
-    python bench/gpu_stream.py --wheel W --state DIR --out docs/measurements [--builds 7]
+    python bench/gpu_stream.py --wheel W --state DIR --out docs/measurements [--builds N]
         [--plan G,G,G,G,B,...] [--budget-s 540] [--date YYYY-MM-DD]
     python bench/gpu_stream.py --summarise docs/measurements/h200-stream-DATE.json
 
