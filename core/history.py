@@ -1,25 +1,32 @@
 """What changed since the previous comparable build: deterministic bits and the cost of determinism.
 
-Pure functions over the ``<subject>.deterministic`` check's metrics (``runner/inside/bits.py``
-writes them), so the service (which has the history) and a local comparison share one rule.
+Pure functions over the ``<subject>.deterministic`` check's ``comparison`` (measured at the
+subject's comparison point, ``runner/inside/comparison.py``), so the service (which has the
+history) and a local comparison share one rule. The cost gate learns its band from the series:
+``cost_band``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.wire import BuildReport, Finding, HistoryRow, Severity, Stage
+from core.wire import BuildReport, ComparisonPoint, Finding, HistoryRow, Severity, Stage
 
 # What must match for two measurements to be compared: ``core.comparable.ComparableKey``
 # (whose ``ConfigKey`` subset keys remembered configs) plus the inputs' identity.
 KEY_FIELDS = ("subject", "config", "family", "gpu", "torch", "cudnn_backend", "inputs")
 DEFAULT_COST_FACTOR = 1.25
+COST_WINDOW = 10  # the genuine builds of a series whose cost ratios make the band
+BAND_SIGMAS = 3.0  # the band reaches this many robust standard deviations above the median
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+ROBUST_SHARE = 0.5  # a comparison point is chosen where the control varied in this share or more
 SAMPLE_LIMIT = 128  # runner/inside/bits.py's SAMPLE_SIZE; a report may carry at most 4x that
 MAX_OUTPUTS = 16
 
@@ -63,9 +70,17 @@ class _Measured(BaseModel):
     negative_control: bool = False
 
 
+def measurement(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What a ``<subject>.deterministic`` check offers the next build: its ``comparison``, or,
+    in a report from before comparison points, the check's own metrics."""
+    doc = metrics.get("comparison")
+    return doc if isinstance(doc, Mapping) else metrics
+
+
 def comparable(metrics: Mapping[str, Any]) -> bool:
     """Only an exact deterministic arm, measured with its knob on, has bits worth comparing
-    (and only a well-formed, bounded one: anything else is not compared)."""
+    (and only a well-formed, bounded one: anything else is not compared). ``metrics`` is a
+    check's ``measurement``."""
     try:
         m = _Measured.model_validate(metrics)
     except ValidationError:
@@ -77,6 +92,18 @@ def comparable(metrics: Mapping[str, Any]) -> bool:
         and not m.negative_control
         and all(o.distinct == 1 and o.finite for o in m.outputs.values())
     )
+
+
+def robust_config(status: str, metrics: Mapping[str, Any]) -> str | None:
+    """The config a ``<subject>.deterministic`` check's walk settled on, if its control varied
+    robustly there (the check passed, knob on, the control varying in at least ``ROBUST_SHARE``
+    of its comparisons): a comparison point worth keeping. None otherwise."""
+    control = metrics.get("control") or {}
+    share = control.get("share")
+    config = metrics.get("config_name")
+    if status != "pass" or metrics.get("negative_control") or not isinstance(config, str):
+        return None
+    return config if isinstance(share, int | float) and share >= ROBUST_SHARE else None
 
 
 def sample_max_abs_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> float | None:
@@ -91,6 +118,44 @@ def sample_max_abs_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None
     return max(diffs) if diffs else None
 
 
+@dataclass(frozen=True)
+class CostBand:
+    """Where the cost of determinism of genuine builds lies, learned from a series of ratios.
+
+    ``limit`` = max(``factor`` x median, median + ``BAND_SIGMAS`` x 1.4826 x MAD): a build above
+    it is flagged. The median and the median absolute deviation are robust: one slow genuine
+    build neither moves the band much nor hides a slower one. With one build in the series the
+    band is the floor alone (``factor`` x that build's ratio).
+    """
+
+    builds: int
+    median: float
+    mad: float
+    limit: float
+    factor: float
+
+    def describe(self) -> str:
+        spread = BAND_SIGMAS * MAD_TO_SIGMA * self.mad
+        return (
+            f"the last {self.builds} genuine build{'s' if self.builds != 1 else ''} at this "
+            f"comparison point took a median {self.median:.2f}x (MAD {self.mad:.3f}); limit "
+            f"{self.limit:.2f}x = the larger of {self.factor:g}x the median "
+            f"({self.factor * self.median:.2f}x) and the median + {BAND_SIGMAS:g} x 1.4826 MAD "
+            f"({self.median + spread:.2f}x)"
+        )
+
+
+def cost_band(series: Sequence[float], factor: float = DEFAULT_COST_FACTOR) -> CostBand | None:
+    """The band of the newest ``COST_WINDOW`` ratios of ``series`` (oldest first); None if empty."""
+    window = [r for r in series if r > 0][-COST_WINDOW:]
+    if not window:
+        return None
+    median = statistics.median(window)
+    mad = statistics.median(abs(r - median) for r in window)
+    limit = max(factor * median, median + BAND_SIGMAS * MAD_TO_SIGMA * mad)
+    return CostBand(builds=len(window), median=median, mad=mad, limit=limit, factor=factor)
+
+
 @dataclass
 class Comparison:
     bits: str  # "first" | "unchanged" | "changed"
@@ -98,6 +163,7 @@ class Comparison:
     cost_ratio: float | None = None
     previous_cost_ratio: float | None = None
     cost_regressed: bool = False
+    band: CostBand | None = None
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -112,8 +178,13 @@ def compare(
     previous: Mapping[str, Any] | None,
     previous_build: int | None,
     factor: float = DEFAULT_COST_FACTOR,
+    series: Sequence[float] | None = None,
 ) -> Comparison:
-    """This build's deterministic arm against the previous build that ran the same key."""
+    """This build's measurement against the previous build that ran the same key.
+
+    ``series`` holds the cost ratios of the genuine earlier builds of the key (oldest first;
+    none flagged), which the cost gate's band is learned from; without it, the previous build's.
+    """
     ratio = _ratio(current)
     if previous is None:
         return Comparison(bits="first", cost_ratio=ratio)
@@ -144,8 +215,12 @@ def compare(
             )
         )
     out.previous_cost_ratio = _ratio(previous)
-    if ratio is not None and out.previous_cost_ratio and ratio > out.previous_cost_ratio * factor:
+    if series is None:
+        series = [out.previous_cost_ratio] if out.previous_cost_ratio else []
+    out.band = cost_band(series, factor)
+    if ratio is not None and out.band is not None and ratio > out.band.limit:
         out.cost_regressed = True
+        was = f"{out.previous_cost_ratio:.2f}x" if out.previous_cost_ratio else "not timed"
         out.findings.append(
             Finding(
                 kind="determinism_cost_regressed",
@@ -153,23 +228,33 @@ def compare(
                 subject=subject,
                 message=(
                     f"{where}: the deterministic arm takes {ratio:.2f}x the control's median run "
-                    f"time, {out.previous_cost_ratio:.2f}x in build {previous_build} "
-                    f"(more than {factor:g}x growth)"
+                    f"time, above the noise band: {out.band.describe()}; build {previous_build} "
+                    f"took {was}"
                 ),
             )
         )
     return out
 
 
-def _deterministic_checks(report: BuildReport) -> list[tuple[str | None, str, dict[str, Any]]]:
-    """(family, subject, metrics) of each comparable ``<subject>.deterministic`` check."""
+def _deterministic_checks(report: BuildReport) -> list[tuple[str | None, str, Mapping[str, Any]]]:
+    """(family, subject, measurement) of each comparable ``<subject>.deterministic`` check."""
     return [
-        (job.family, check.name.split(".", 1)[0], check.metrics)
+        (job.family, check.name.split(".", 1)[0], measurement(check.metrics))
         for job in report.jobs
         for stage in job.stages
         if stage.name == Stage.determinism
         for check in stage.checks
-        if check.name.endswith(".deterministic") and comparable(check.metrics)
+        if check.name.endswith(".deterministic") and comparable(measurement(check.metrics))
+    ]
+
+
+def comparison_points(report: BuildReport) -> list[ComparisonPoint]:
+    """The configs a report's comparisons were measured at, as a lease's pins (``fe-ci validate
+    --previous``: the new run compares at the same points)."""
+    return [
+        ComparisonPoint(subject=subject, family=family, config=str(m.get("config_name")))
+        for family, subject, m in _deterministic_checks(report)
+        if family is not None
     ]
 
 
@@ -198,7 +283,15 @@ def compare_reports(
                 previous_cost_ratio=found.previous_cost_ratio,
                 cost_regressed=found.cost_regressed,
                 timer=(metrics.get("cost") or {}).get("timer"),
+                **band_fields(found.band),
             )
         )
         findings += found.findings
     return rows, findings
+
+
+def band_fields(band: CostBand | None) -> dict[str, Any]:
+    """A history row's view of the cost band."""
+    if band is None:
+        return {}
+    return {"cost_median": band.median, "cost_limit": band.limit, "cost_builds": band.builds}

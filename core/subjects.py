@@ -15,6 +15,7 @@ to add a subject, and how ``FE_CI_EXTRA_SUBJECTS`` adds one without touching thi
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -59,6 +60,34 @@ class Subject:
     # What the version ledger says when the build has / lacks the knob ("" = the usual wording).
     has: str = ""
     lacks: str = ""
+    # The input sizes its harness walks, small to large: ``(name, params)``, plain values only.
+    # The service reads the names (a re-pin is checked against them); the harness builds its
+    # inputs from the params (``runner.inside.subjects.base.configs_of``).
+    configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    # The comparison point, when the subject declares one (a name in ``configs``); "" = chosen by
+    # measuring, once per family: the first config whose control varied robustly.
+    comparison: str = ""
+
+    @property
+    def config_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _params in self.configs)
+
+    @property
+    def definition(self) -> str:
+        """What a comparison point's series stands on: the knob, the outputs, the configs and
+        the declared comparison point. A change to any of them starts a new series."""
+        text = json.dumps(
+            {
+                "name": self.name,
+                "knob": self.knob,
+                "outputs": list(self.outputs),
+                "fixed_kwargs": self.fixed_kwargs,
+                "configs": [[name, dict(params)] for name, params in self.configs],
+                "comparison": self.comparison,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def entry_points(self) -> tuple[str, ...]:
@@ -109,6 +138,15 @@ def knob_feature(s: Subject) -> Feature:
     )
 
 
+# MXFP8 grouped GEMMs: a fused grouped MLP's FC2 backward; every config spans at least two
+# 256-wide N-tiles, and the seed's 16 experts x 1024 tokens at n=2048 is one of them.
+GROUPED_GEMM_CONFIGS: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
+    ("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
+    ("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
+    ("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
+)
+
 BUILTIN_SUBJECTS: tuple[Subject, ...] = (
     Subject(
         name="grouped_gemm_dsrelu",
@@ -120,6 +158,7 @@ BUILTIN_SUBJECTS: tuple[Subject, ...] = (
         compile_only=True,
         activation="srelu",
         consumer_class="GroupedMLP_CuTeGEMMUnary",
+        configs=GROUPED_GEMM_CONFIGS,
     ),
     Subject(
         name="grouped_gemm_dglu",
@@ -132,6 +171,7 @@ BUILTIN_SUBJECTS: tuple[Subject, ...] = (
         compile_only=True,
         activation="swiglu",
         consumer_class="GroupedMLP_CuTeGEMMGLU",
+        configs=GROUPED_GEMM_CONFIGS,
     ),
     Subject(
         name="flex_attention_bwd",
@@ -141,6 +181,13 @@ BUILTIN_SUBJECTS: tuple[Subject, ...] = (
         outputs=("dq", "dk", "dv"),
         has="cudnn.flex_attention.flex_attn_func already takes 'deterministic'",
         lacks="the build has no cudnn.flex_attention.flex_attn_func taking 'deterministic'",
+        # BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob
+        # off, 6 of 7 differed.
+        configs=(
+            ("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
+            ("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
+            ("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
+        ),
     ),
     Subject(
         name="sdpa_bwd",
@@ -150,6 +197,14 @@ BUILTIN_SUBJECTS: tuple[Subject, ...] = (
         outputs=("dq", "dk", "dv"),
         probe_method="docstring",
         alternates=("cudnn._compiled_module.pygraph.sdpa_backward",),
+        # Measured on an H200 (docs/determinism.md): the first never varied, the second
+        # varied weakly, the larger ones strongly.
+        configs=(
+            ("b1_h8_s512_d64_causal", {"b": 1, "h": 8, "s": 512, "d": 64, "causal": True}),
+            ("b4_h16_s2048_d128_causal", {"b": 4, "h": 16, "s": 2048, "d": 128, "causal": True}),
+            ("b4_h16_s4096_d128_causal", {"b": 4, "h": 16, "s": 4096, "d": 128, "causal": True}),
+            ("b8_h16_s4096_d128_causal", {"b": 8, "h": 16, "s": 4096, "d": 128, "causal": True}),
+        ),
     ),
 )
 

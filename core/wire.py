@@ -247,6 +247,17 @@ class RememberedConfig(_Model):
     build_id: int | None = None
 
 
+class ComparisonPoint(_Model):
+    """A subject's comparison point on a family: every build measures the deterministic arm's
+    bits and the cost of determinism there, wherever its detection walk goes."""
+
+    subject: str = Field(max_length=64)
+    family: str = Field(max_length=16)
+    config: str = Field(max_length=200)
+    series: int | None = None  # a re-pin or a new definition of the subject starts the next
+    source: str = Field(default="measured", max_length=16)  # "measured" | "declared" | "operator"
+
+
 class JobLease(_Model):
     job_id: int
     build_id: int
@@ -266,6 +277,10 @@ class JobLease(_Model):
     artifact_url: str | None = None  # build jobs upload the wheel here
     start_configs: list[RememberedConfig] = Field(default_factory=list)  # gpu jobs
     subjects: list[str] | None = None  # only these subjects (a bisection step); None: all
+    comparison: list[ComparisonPoint] = Field(default_factory=list)  # gpu jobs: the pins
+    # the build's source is trusted (a commit of the configured repository, built by fe-ci's
+    # own builder): the service decides; only then may its compiled kernels be shared by source
+    trusted_source: bool = False
 
 
 class LeasedPost(_Model):
@@ -361,6 +376,13 @@ class HistoryRow(_Model):
     previous_cost_ratio: float | None = None
     cost_regressed: bool = False
     timer: str | None = None  # "cuda_events" | "perf_counter"
+    # the cost gate's band, learned from the genuine builds of the series (core.history.cost_band)
+    cost_median: float | None = None
+    cost_limit: float | None = None  # flagged above this
+    cost_builds: int = 0
+    # the comparison point's series: a re-pin (or a new subject definition) starts a new one
+    series: int | None = None
+    series_start: bool = False  # the first build of a series that replaced another
 
 
 class BuildReport(_Model):

@@ -310,6 +310,8 @@ class Agent:
             remembered=list(lease.start_configs),
             zygotes=self.zygotes,
             subjects=lease.subjects,
+            comparison=list(lease.comparison),
+            trusted_source=lease.trusted_source,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

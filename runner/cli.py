@@ -1,10 +1,10 @@
-"""``fe-ci``: serve, runner, submit, validate, configs, bisect; ``fe-ci --version``.
+"""``fe-ci``: serve, runner, submit, validate, configs, bisect, pin; ``fe-ci --version``.
 
 The commands live by group: ``service_cli.py`` (serve, runner, submit), ``validate_cli.py``,
-``configs_cli.py``, ``bisect_cli.py``; what they share is ``cli_common.py``. The service is
-imported only inside ``serve``, so a runner host needs none of its dependencies. Help is plain
-Click text, wrapped at a fixed width whether or not stdout is a terminal, so a piped ``--help`` is
-never cut short.
+``configs_cli.py``, ``bisect_cli.py``, ``pin_cli.py``; what they share is ``cli_common.py``. The
+service is imported only inside ``serve``, so a runner host needs none of its dependencies. Help
+is plain Click text, wrapped at a fixed width whether or not stdout is a terminal, so a piped
+``--help`` is never cut short.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from runner import bisect_cli, configs_cli, service_cli, validate_cli
+from runner import bisect_cli, configs_cli, pin_cli, service_cli, validate_cli
 from runner.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
@@ -45,6 +45,7 @@ app.command()(service_cli.submit)
 app.command()(validate_cli.validate)
 app.command()(configs_cli.configs)
 app.command()(bisect_cli.bisect)
+app.command()(pin_cli.pin)
 
 
 def version() -> str:

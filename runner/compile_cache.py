@@ -1,7 +1,12 @@
 """The compile cache that survives builds: keyed by what a kernel is compiled from, computed here.
 
-The runner, outside the sandbox, hashes the candidate's installed files (``CacheKey``); a
-candidate never names its cache. Entries are files under ``<root>/published/<key>/``, owned by
+The runner, outside the sandbox, hashes the candidate's installed files (``CacheKey``, the whole
+candidate) and, apart, what its kernels are compiled from (``SourceKey``: the kernel sources, the
+DSL, the arch, the options); a candidate never names its cache. Every build reads and publishes
+under its whole-candidate key; only a build the service calls trusted (a commit of the configured
+repository built by fe-ci's own builder) publishes under the source key, which every build may
+read: a develop commit that leaves the kernels alone compiles nothing, and no upload can poison
+another build's kernels. Entries are files under ``<root>/published/<key>/``, owned by
 the runner and read-only. A determinism stage gets a fresh directory of its own, writable by it,
 holding hard links to its key's published entries (the inode stays the runner's, mode 0444, so
 the candidate can read them and cannot write them); after the stage, the runner copies the files
@@ -22,9 +27,10 @@ import stat
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from core.subjects import SUBJECTS
 from runner import sandbox
 
 log = logging.getLogger("fe_ci.compile_cache")
@@ -45,6 +51,11 @@ LOCK_SUFFIX = ".lock"
 # The version a build reports is a label: it is not an input of any kernel, and a re-labelled
 # wheel with the same code keeps its kernels.
 _VERSION_LINE = re.compile(rb"^(\s*__version__\s*[:=][^\n]*)$", re.M)
+# Files of the candidate that no persisted kernel is compiled from: its native extension modules
+# (the cuDNN graph API's bindings: the CuTe DSL compiles Python, and JIT-compiled CUDA sources
+# ship as .cu/.cpp/.h files, which count) and its prose.
+NOT_KERNEL_SOURCES = (".so", ".pyd", ".dylib", ".dll", ".md", ".rst")
+SOURCE_KEY_PREFIX = "src-"  # source keys and whole-candidate keys never share a directory
 
 
 @dataclass(frozen=True)
@@ -63,20 +74,44 @@ class CacheKey:
         return hashlib.sha256(text).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class SourceKey:
+    """What the candidate's kernels are compiled from, and nothing else of the candidate: its
+    kernel sources (every installed file but native extension modules and prose), the DSL, the
+    arch, torch, Python and the subjects' options. Two builds whose C++ extension or docs
+    differ share it."""
+
+    kernels: str
+    dsl: str
+    arch: str
+    torch: str | None
+    python: str
+    subjects: str
+
+    def digest(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True).encode()
+        return SOURCE_KEY_PREFIX + hashlib.sha256(text).hexdigest()[:28]
+
+
 class TooLarge(Exception):
     pass
 
 
-def _hash_tree(h: hashlib._Hash, base: Path, rel: str, budget: list[int]) -> None:
-    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content."""
+def _hash_tree(
+    h: hashlib._Hash, base: Path, rel: str, budget: list[int], skip: tuple[str, ...] = ()
+) -> None:
+    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content,
+    leaving out files whose names end with one of ``skip``."""
     path = base / rel
+    if rel.endswith(skip) and not path.is_dir():
+        return
     if path.is_symlink():
         h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
         return
     if path.is_dir():
         for child in sorted(os.listdir(path)):
             if child != "__pycache__":
-                _hash_tree(h, base, f"{rel}/{child}", budget)
+                _hash_tree(h, base, f"{rel}/{child}", budget, skip)
         return
     if not path.is_file():
         return
@@ -102,8 +137,9 @@ def _top_level(dist: md.Distribution) -> list[str]:
     return sorted(names)
 
 
-def source_digest(dist: md.Distribution) -> str:
-    """Every installed file of the distribution but its ``.dist-info`` (metadata, not code).
+def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
+    """Every installed file of the distribution but its ``.dist-info`` (metadata, not code) and
+    those whose names end with one of ``skip``.
 
     Walked on disk rather than trusted from RECORD: a file the candidate installed is hashed
     whether RECORD lists it or not.
@@ -112,7 +148,7 @@ def source_digest(dist: md.Distribution) -> str:
     h = hashlib.sha256()
     budget = [MAX_SOURCE_FILES, MAX_SOURCE_BYTES]
     for top in _top_level(dist):
-        _hash_tree(h, base, top, budget)
+        _hash_tree(h, base, top, budget, skip)
     return h.hexdigest()
 
 
@@ -122,19 +158,32 @@ def _dist(name: str, dirs: list[Path]) -> md.Distribution | None:
 
 
 def _subjects_digest() -> str:
+    """The subject harnesses and the configs they compile (core/subjects.py declares them)."""
     h = hashlib.sha256()
     for path in sorted(SUBJECTS_SRC.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
+    configs = {name: [[c, dict(p)] for c, p in s.configs] for name, s in SUBJECTS.items()}
+    h.update(json.dumps(configs, sort_keys=True).encode())
     return h.hexdigest()
 
 
 def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> CacheKey | None:
     """The key for a candidate installed in ``dirs``; None when there is nothing to key on."""
+    keys = compute_keys(dirs, family=family, gpu=gpu)
+    return keys[0] if keys else None
+
+
+def compute_keys(
+    dirs: list[Path], *, family: str | None, gpu: str | None
+) -> tuple[CacheKey, SourceKey] | None:
+    """The whole-candidate key and the source key of a candidate installed in ``dirs``; None
+    when there is nothing to key on."""
     candidate = _dist(CANDIDATE_DIST, dirs)
     if candidate is None:
         return None
     try:
         sources = source_digest(candidate)
+        kernels = source_digest(candidate, skip=NOT_KERNEL_SOURCES)
     except (OSError, TooLarge) as exc:
         log.warning("event=compile_cache_unkeyed reason=%s", exc)
         return None
@@ -144,7 +193,7 @@ def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> Cac
         dsl.update(f"{name}={d.version if d else 'absent'};".encode())
         dsl.update(((d.read_text("RECORD") if d else "") or "").encode())
     torch = _dist("torch", dirs)
-    return CacheKey(
+    whole = CacheKey(
         sources=sources,
         dsl=dsl.hexdigest(),
         arch=f"{family or 'none'} {gpu or 'none'}",
@@ -152,6 +201,15 @@ def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> Cac
         python=f"{sys.version_info[0]}.{sys.version_info[1]}",
         subjects=_subjects_digest(),
     )
+    by_source = SourceKey(
+        kernels=kernels,
+        dsl=whole.dsl,
+        arch=whole.arch,
+        torch=whole.torch,
+        python=whole.python,
+        subjects=whole.subjects,
+    )
+    return whole, by_source
 
 
 def interpreter_sites(python: Path) -> list[Path]:
@@ -191,18 +249,25 @@ class Store:
         if stage_dir.exists():
             shutil.rmtree(stage_dir)
         stage_dir.mkdir(parents=True)
+        sandbox.hand_over(stage_dir)
+        return self.link(key, stage_dir)
+
+    def link(self, key: str, stage_dir: Path) -> int:
+        """Link ``key``'s entries into a prepared ``stage_dir`` where it has none of that name
+        (the source key's, after the whole candidate's): the number linked."""
         src = self.published(key)
         linked = 0
-        dirs = [stage_dir]
+        dirs = []
         for here, subdirs, files in os.walk(src) if src.is_dir() else ():
             rel = Path(here).relative_to(src)
             for name in subdirs:
-                (stage_dir / rel / name).mkdir()
-                dirs.append(stage_dir / rel / name)
+                if not (stage_dir / rel / name).is_dir():
+                    (stage_dir / rel / name).mkdir()
+                    dirs.append(stage_dir / rel / name)
             for name in files:
-                if name.startswith(".new-"):  # a copy cut short: never an entry
-                    continue
                 target = stage_dir / rel / name
+                if name.startswith(".new-") or target.exists():  # a copy cut short: no entry
+                    continue
                 try:
                     os.link(Path(here) / name, target)
                 except OSError:  # another file system: a read-only copy the runner owns
@@ -213,11 +278,23 @@ class Store:
             sandbox.hand_over(d)
         return linked
 
-    def publish(self, key: str, stage_dir: Path) -> tuple[int, list[str]]:
+    @staticmethod
+    def entries(stage_dir: Path) -> set[str]:
+        """The relative paths of the files in ``stage_dir`` now (before the stage: the linked)."""
+        return {
+            str(Path(here, name).relative_to(stage_dir))
+            for here, _subdirs, files in os.walk(stage_dir)
+            for name in files
+        }
+
+    def publish(
+        self, key: str, stage_dir: Path, skip: set[str] | None = None
+    ) -> tuple[int, list[str]]:
         """Copy the files the stage added into the key's entries, read-only: (published, refused).
 
         Only regular files count (a link could point anywhere); a path already published is
-        left as it is, whatever the candidate did to its own copy.
+        left as it is, whatever the candidate did to its own copy; a path in ``skip`` (what
+        was linked in before the stage) is never published.
         """
         dest = self.published(key)
         dest.mkdir(parents=True, exist_ok=True)
@@ -230,6 +307,8 @@ class Store:
             for name in sorted(files):
                 out = dest / rel / name
                 if out.exists() or out.is_symlink() or name.endswith(LOCK_SUFFIX):
+                    continue
+                if skip is not None and str(rel / name) in skip:
                     continue
                 if published >= MAX_NEW_FILES or size >= MAX_NEW_BYTES:
                     refused.append(f"{rel / name}: over {MAX_NEW_FILES} files or {MAX_NEW_BYTES} B")
@@ -270,3 +349,77 @@ class Store:
             finally:
                 os.unlink(tmp)
         return info.st_size
+
+
+# ---------------------------------------------------------------- one stage's cache
+
+
+@dataclass
+class StageCache:
+    """One stage's view of the cache: its directory, its keys, what was linked in before it."""
+
+    dir: Path
+    store: Store | None = None
+    key: str | None = None  # the whole candidate's
+    source_key: str | None = None  # the kernel sources' (SourceKey)
+    trusted: bool = False  # the service said so: the stage's new files go under both keys
+    linked: int = 0
+    linked_by_source: int = 0
+    present: set[str] = field(default_factory=set)
+
+    def finish(self) -> str:
+        """Publish what the stage added and drop its directory: the reason's words for it."""
+        if self.store is None or self.key is None:
+            return ""
+        published, refused = self.store.publish(self.key, self.dir)
+        words = f"compile cache {self.key[:12]}: {self.linked} entries present"
+        if self.source_key is not None:
+            words += f" ({self.linked_by_source} by kernel sources {self.source_key[:16]})"
+        words += f", {published} new published"
+        if self.trusted and self.source_key is not None:
+            shared, more = self.store.publish(self.source_key, self.dir, skip=self.present)
+            refused += more
+            words += f", {shared} under the kernel sources' key (a trusted build)"
+        log.info(
+            "event=compile_cache_published key=%s new=%s source_key=%s trusted=%s",
+            self.key,
+            published,
+            self.source_key,
+            self.trusted,
+        )
+        if refused:
+            words += f", {len(refused)} refused ({refused[0]})"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return words
+
+
+def open_stage(
+    root: Path | None, dirs: list[Path], *, family: str | None, gpu: str | None, trusted: bool
+) -> StageCache | None:
+    """The stage's cache directory, linked to the entries of its whole-candidate key and then of
+    its kernel sources' key (every build reads both); None without a root or a candidate."""
+    keys = compute_keys(dirs, family=family, gpu=gpu) if root is not None else None
+    if root is None or keys is None:
+        return None
+    store = Store(root)
+    cache = StageCache(
+        dir=store.stage_dir(),  # a parent the candidate cannot swap for a link
+        store=store,
+        key=keys[0].digest(),
+        source_key=keys[1].digest(),
+        trusted=trusted,
+    )
+    assert cache.key is not None and cache.source_key is not None
+    cache.linked = store.prepare(cache.key, cache.dir)
+    cache.linked_by_source = store.link(cache.source_key, cache.dir)
+    cache.linked += cache.linked_by_source
+    cache.present = Store.entries(cache.dir)
+    log.info(
+        "event=compile_cache_prepared key=%s entries=%s source_key=%s by_source=%s trusted=%s",
+        cache.key,
+        cache.linked,
+        cache.source_key,
+        cache.linked_by_source,
+        trusted,
+    )
+    return cache

@@ -28,6 +28,7 @@ class RunnerSettings(BaseSettings):
     url: str = "http://127.0.0.1:8080"
     runner_token: str | None = None
     submit_token: str | None = None
+    admin_token: str | None = None  # fe-ci pin: the service's operator door
     runner_name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "runner")
     runner_labels: Annotated[dict[str, str] | None, NoDecode] = None
     runner_replace: bool = False  # take the name over from a live runner (``--replace``)

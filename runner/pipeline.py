@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -164,32 +163,25 @@ class Pipeline:
             dirs.append(torch.site_dir)
         return [d for d in dirs if d.is_dir()]
 
-    def _prepare_compile_cache(
-        self,
-    ) -> tuple[compile_cache.Store | None, str | None, Path, int]:
-        """The stage's own cache directory: the published entries of its key, linked read-only.
+    def _prepare_compile_cache(self) -> compile_cache.StageCache:
+        """The stage's own cache directory: the published entries of its keys, linked read-only.
 
         Without a cache root, or without a candidate to key on, a throwaway directory.
         """
         o = self.opts
-        stage_dir = o.work_dir / "compile-cache"  # under the candidate's work dir: throwaway
-        key, linked = None, 0
-        if o.compile_cache_dir is not None:
-            found = compile_cache.compute_key(self._candidate_sites(), family=o.family, gpu=o.gpu)
-            key = found.digest() if found else None
-        store = compile_cache.Store(o.compile_cache_dir) if key and o.compile_cache_dir else None
-        if store is not None and key is not None:
-            stage_dir = store.stage_dir()  # a parent the candidate cannot swap for a link
-            linked = store.prepare(key, stage_dir)
-            log.info("event=compile_cache_prepared key=%s entries=%s", key, linked)
-        else:
-            stage_dir.mkdir(parents=True, exist_ok=True)
-            sandbox.hand_over(stage_dir)
-        return store, key, stage_dir, linked
+        sites = self._candidate_sites() if o.compile_cache_dir is not None else []
+        cache = compile_cache.open_stage(
+            o.compile_cache_dir, sites, family=o.family, gpu=o.gpu, trusted=o.trusted_source
+        )
+        if cache is None:
+            cache = compile_cache.StageCache(dir=o.work_dir / "compile-cache")  # throwaway
+            cache.dir.mkdir(parents=True, exist_ok=True)
+            sandbox.hand_over(cache.dir)
+        return cache
 
     def determinism(self) -> tuple[StageResult, StageResult]:
         o = self.opts
-        store, key, cache_dir, linked = self._prepare_compile_cache()
+        cache = self._prepare_compile_cache()
         params: dict[str, Any] = {
             "family": o.family,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
@@ -201,21 +193,16 @@ class Pipeline:
             "remembered": [r.model_dump() for r in o.remembered],
             "subjects": o.subjects,
             "pin_config": o.pin_config,
+            "comparison": [p.model_dump() for p in o.comparison],
             "negative_control": o.negative_control,
-            "compile_cache_dir": str(cache_dir),
-            "compile_cache_key": key,
+            "compile_cache_dir": str(cache.dir),
+            "compile_cache_key": cache.key,
+            "compile_cache_source_key": cache.source_key,
             "launched_at": time.time(),  # the stage's timings["stage"]["ready_s"] counts from it
         }
         result = self.run_inside(Stage.determinism, params)
-        if store is not None and key is not None:
-            published, refused = store.publish(key, cache_dir)
-            log.info("event=compile_cache_published key=%s new=%s", key, published)
-            result.reason += (
-                f"; compile cache {key[:12]}: {linked} entries present, {published} new published"
-            )
-            if refused:
-                result.reason += f", {len(refused)} refused ({refused[0]})"
-            shutil.rmtree(cache_dir, ignore_errors=True)
+        if words := cache.finish():
+            result.reason += f"; {words}"
         doc = self._extra.get(Stage.determinism, {})
         numerics_doc = doc.get("numerics")
         if isinstance(numerics_doc, dict):

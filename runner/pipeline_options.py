@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.wire import Capability, RememberedConfig, Stage
+from core.wire import Capability, ComparisonPoint, RememberedConfig, Stage
 from runner.config import RunnerSettings
 
 if TYPE_CHECKING:
@@ -37,6 +37,11 @@ class Options:
     remembered: list[RememberedConfig] = field(default_factory=list)
     subjects: list[str] | None = None  # determinism/numerics: these subjects only (None: all)
     pin_config: str | None = None  # run at this config, no escalation (a repro line's --config)
+    # each subject's comparison point (a lease's pins, or --previous's points)
+    comparison: list[ComparisonPoint] = field(default_factory=list)
+    # the service says the build is a commit of its repository built by its builder: compiled
+    # kernels are then also published under the key of their sources (runner/compile_cache.py)
+    trusted_source: bool = False
     previous: dict[str, Capability] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install

@@ -191,6 +191,7 @@ def validate(
         remembered=remembered,
         subjects=chosen_subjects,
         pin_config=config,
+        comparison=history.comparison_points(prev_report) if prev_report else [],
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
     typer.echo(

@@ -29,7 +29,7 @@ from service import (
     queue,
     uploads,
 )
-from service.api import bisections, builds, runners, validate, webhooks
+from service.api import bisections, builds, pins, runners, validate, webhooks
 from service.config import Settings
 from service.deps import SessionDep
 from service.errors import ApiError
@@ -154,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runners.router)
     app.include_router(webhooks.router)
     app.include_router(bisections.router)
+    app.include_router(pins.router)
     app.include_router(views.router)
     views.mount_static(app)
     apidocs.install_api_docs(app)

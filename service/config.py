@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core import gate
 from core.subjects import FAMILIES
 
-TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret")
+TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret", "admin_token")
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "token", "xxx", "..."}
 
 
@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     submit_token: str | None = None
     runner_token: str | None = None
     webhook_secret: str | None = None
+    admin_token: str | None = None  # an operator's door: re-pinning a comparison point
     repo_url: str = "https://github.com/NVIDIA/cudnn-frontend.git"
     branches: Annotated[list[str], NoDecode] = ["refs/heads/develop"]
     public_url: str = "http://127.0.0.1:8080"
@@ -47,7 +48,8 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=120, ge=1)
     max_upload_mb: int = Field(default=1024, ge=1)
     sweep_interval_s: float = Field(default=5.0, gt=0)
-    # determinism_cost_regressed: the deterministic/control ratio grew more than this factor
+    # determinism_cost_regressed: the deterministic/control ratio left the band learned from the
+    # series and is more than this factor over the series' median (core.history.cost_band)
     cost_factor: float = Field(default=1.25, gt=1.0)
     # A push payload of one commit is about 8 KB (the repository object is most of it); 1 MiB
     # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
@@ -83,7 +85,9 @@ class Settings(BaseSettings):
 
     _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
 
-    @field_validator("submit_token", "runner_token", "webhook_secret", "notify_secret")
+    @field_validator(
+        "submit_token", "runner_token", "webhook_secret", "admin_token", "notify_secret"
+    )
     @classmethod
     def _refuse_placeholders(cls, value: str | None) -> str | None:
         if value is not None and (value.lower() in _PLACEHOLDERS or len(value) < 8):

@@ -60,6 +60,12 @@ def require_registration(request: Request, settings: SettingsDep) -> None:
         raise Unauthorized("invalid runner registration token")
 
 
+def require_admin(request: Request, settings: SettingsDep) -> None:
+    """The admin token opens the operator's doors (re-pinning a comparison point), nothing else."""
+    if not same_secret(bearer(request), settings.admin_token):
+        raise Unauthorized("invalid admin token")
+
+
 def require_runner(request: Request, session: SessionDep) -> Runner:
     """A runner's own token, issued at registration and stored hashed."""
     digest = hash_token(bearer(request))

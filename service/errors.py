@@ -123,3 +123,15 @@ class WrongDistribution(UploadError):
 
 class UnsafeWheel(UploadError):
     code, message = "unsafe_wheel", "the wheel has unsafe member names or compression"
+
+
+class UnknownConfig(ApiError):
+    code, status_code, message = "unknown_config", 422, "the subject has no such config"
+
+
+class OffPin(ApiError):
+    code, status_code, message = (
+        "comparison_not_at_pin",
+        422,
+        "the comparison was not measured at the subject's comparison point",
+    )

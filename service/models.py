@@ -243,6 +243,30 @@ class ChosenConfig(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class ComparisonPin(Base):
+    """A subject's comparison point on a family: the config every build measures its bits and
+    its cost of determinism at, whatever its detection walk does (``service/pins.py``).
+
+    One row per series. The row of a (subject, family) with no ``retired_at`` is in force; a
+    re-pin, or a change of the subject's definition, retires it and starts series + 1, and the
+    records of the old series stay as they were."""
+
+    __tablename__ = "comparison_pins"
+    __table_args__ = (UniqueConstraint("subject", "family", "series"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(16), index=True)
+    series: Mapped[int] = mapped_column(Integer)
+    config: Mapped[str] = mapped_column(String(200))
+    definition: Mapped[str] = mapped_column(String(64))  # core.subjects.Subject.definition
+    source: Mapped[str] = mapped_column(String(16))  # "measured" | "declared" | "operator"
+    reason: Mapped[str] = mapped_column(Text, default="")
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class FinishedReport(Base):
     """The report of a build that can no longer change, as served (service/stored_reports.py)."""
 
@@ -280,6 +304,12 @@ class DeterminismRecord(_PerJob, Base):
     previous_cost_ratio: Mapped[float | None] = mapped_column(Float)
     cost_regressed: Mapped[bool] = mapped_column(Boolean, default=False)
     timer: Mapped[str | None] = mapped_column(String(16))
+    # the comparison point's series it was measured at; None: measured before any pin existed
+    pin_id: Mapped[int | None] = mapped_column(
+        ForeignKey("comparison_pins.id", ondelete="SET NULL"), index=True
+    )
+    # the cost gate's band at the time (core.history.CostBand): median, limit, builds
+    cost_band: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class StageLog(_PerJob, Base):

@@ -115,27 +115,66 @@ def relabel_wheel(src: Path, version: str, dest_dir: Path) -> Path:
         raise ValueError(f"{src.name}: not a wheel file name")
     dist, old = match["name"], match["version"]
     old_info, new_info = f"{dist}-{old}.dist-info/", f"{dist}-{new}.dist-info/"
+
+    def change(name: str, data: bytes) -> tuple[str, bytes]:
+        if name.startswith(old_info):
+            name = new_info + name[len(old_info) :]
+        if name == f"{new_info}METADATA":
+            data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new.encode(), data, count=1)
+        elif name.endswith(".py") and "/" in name and not name.startswith(new_info):
+            data = _relabel_version_line(data, old, new)
+        return name, data
+
     dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / f"{dist}-{new}-{match['tags']}.whl"
-    record_name = f"{new_info}RECORD"
+    return _rewrite(src, dest_dir / f"{dist}-{new}-{match['tags']}.whl", new_info, change)
+
+
+def doctor_wheel(src: Path, dest_dir: Path, edits: dict[str, Callable[[bytes], bytes]]) -> Path:
+    """A copy of wheel ``src`` in ``dest_dir`` (same file name) with ``edits`` applied: ``{member:
+    change(bytes) -> bytes}``, RECORD rewritten to match. Every named member must exist and
+    change: an edit that no longer applies to a release says so instead of planting nothing."""
+    match = _WHEEL_NAME.match(src.name)
+    if match is None:
+        raise ValueError(f"{src.name}: not a wheel file name")
+    info = f"{match['name']}-{match['version']}.dist-info/"
+    done: set[str] = set()
+
+    def change(name: str, data: bytes) -> tuple[str, bytes]:
+        if name in edits:
+            new = edits[name](data)
+            if new == data:
+                raise ValueError(f"{src.name}: the edit of {name} changed nothing")
+            done.add(name)
+            return name, new
+        return name, data
+
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = _rewrite(src, dest_dir / src.name, info, change)
+    if missing := set(edits) - done:
+        dest.unlink()
+        raise ValueError(f"{src.name} has no {sorted(missing)}")
+    return dest
+
+
+def _rewrite(
+    src: Path, dest: Path, info: str, change: Callable[[str, bytes], tuple[str, bytes]]
+) -> Path:
+    """Copy wheel ``src`` to ``dest`` member by member through ``change(name, data)``, with a
+    RECORD (under ``info``, the new ``.dist-info/``) that hashes what was written."""
+    record_name = f"{info}RECORD"
     records: list[str] = []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
-        for info in zin.infolist():
-            name = info.filename
-            if name.startswith(old_info):
-                name = new_info + name[len(old_info) :]
-            if name == record_name:
-                continue
-            out = zipfile.ZipInfo(name, date_time=info.date_time)
-            out.external_attr = info.external_attr
-            if info.is_dir():
+        for item in zin.infolist():
+            if item.is_dir():
+                out = zipfile.ZipInfo(change(item.filename, b"")[0], date_time=item.date_time)
+                out.external_attr = item.external_attr
                 zout.writestr(out, b"")
                 continue
-            data = zin.read(info)
-            if name == f"{new_info}METADATA":
-                data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new.encode(), data, count=1)
-            elif name.endswith(".py") and "/" in name and not name.startswith(new_info):
-                data = _relabel_version_line(data, old, new)
+            name, data = change(item.filename, zin.read(item))
+            if name == record_name:
+                continue
+            out = zipfile.ZipInfo(name, date_time=item.date_time)
+            out.external_attr = item.external_attr
             out.compress_type = zipfile.ZIP_DEFLATED
             zout.writestr(out, data)
             records.append(record_line(name, data))

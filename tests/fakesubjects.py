@@ -8,8 +8,9 @@ each call draws a new order, which changes the rounding and so the bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -71,3 +72,50 @@ class FakeSubject:
     def prepare(self, config: Config, device: torch.device) -> Reduction:
         self.prepared.append(config.name)
         return self.make(config.name)
+
+
+SDPA_CONFIGS = (  # sdpa_bwd's config names (core/subjects.py): the service checks them
+    "b1_h8_s512_d64_causal",
+    "b4_h16_s2048_d128_causal",
+    "b4_h16_s4096_d128_causal",
+    "b8_h16_s4096_d128_causal",
+)
+H200 = {"gpu": "NVIDIA H200", "torch": torch.__version__, "cudnn_backend": "91100"}
+
+
+def posted_stage(
+    subject: str,
+    names: tuple[str, ...],
+    varies: Collection[str],
+    *,
+    start: str | None = None,
+    compare_at: dict[str, Any] | None = None,
+    nudge: float = 0.0,
+    ratio: float | None = None,
+) -> dict[str, Any]:
+    """The determinism stage an sm_90 runner posts for ``subject``, from a real CPU measurement
+    (``measure_subject`` on Reduction workloads, one per config name): the control varies only
+    at the configs in ``varies`` (elsewhere its order never changes), so the walk from ``start``
+    goes where the test says. ``compare_at`` is the lease's comparison point; ``nudge`` moves the
+    inputs' first value (every config's bytes change); ``ratio`` sets the comparison's cost."""
+    from runner.inside import bits
+    from runner.inside.measure import Settings, measure_subject
+
+    def make(name: str) -> Reduction:
+        w, x = floats(4096, 21 + names.index(name))
+        x[0] += nudge
+        # quiet: the knob-off order never changes, the knob-on bytes are the same as when it does
+        return Reduction(w, x, shuffle_when=lambda _call: name in varies)
+
+    fake = FakeSubject(make, names=names, name=subject)
+    out = measure_subject(
+        fake, torch.device("cpu"), Settings(), start_config=start, compare_at=compare_at
+    )
+    check = out.check
+    compared = check["metrics"]["comparison"]
+    compared["comparable"] = bits.comparable(
+        subject, compared["config_name"], "sm_90", H200, "inputs-v1"
+    )
+    if ratio is not None:
+        compared["cost"]["ratio"] = ratio
+    return {"name": "determinism", "status": check["status"], "checks": [check], "drift": out.drift}

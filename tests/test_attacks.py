@@ -248,6 +248,7 @@ OTHERS = [
     "/api/builds/1",
     "/api/bisections",
     "/api/bisections/1",
+    "/api/pins",
     "/builds/1/live.json",
     "/builds/1/junit.xml",
     "/api/builds/1/logs",

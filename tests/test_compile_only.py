@@ -43,13 +43,14 @@ def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
-def _stage(cache_dir: Path, key: str | None) -> dict[str, Any]:
+def _stage(cache_dir: Path, key: str | None, source_key: str | None = None) -> dict[str, Any]:
     return determinism.run(
         {
             "subjects": GROUPED,
             "capabilities": CAPS,
             "compile_cache_dir": str(cache_dir),
             "compile_cache_key": key,
+            "compile_cache_source_key": source_key,
             "launched_at": time.time(),  # as the pipeline sets it
         }
     )
@@ -117,6 +118,29 @@ def test_a_result_is_reused_under_the_same_key_and_not_under_another(
     fresh = _stage(other, "k2")
     assert len(list(fake_worker.glob("*.start"))) == 4  # another key compiles again
     assert all(not c["metrics"]["compile_only"]["reused"] for c in _compile_only(fresh).values())
+
+
+def test_a_result_kept_under_the_kernel_sources_key_serves_another_candidate(
+    fake_worker: Path, tmp_path: Path
+) -> None:
+    """A trusted build's result, published under its whole key and its sources' key, is found
+    by a build with other files but the same kernel sources (the runner links both keys)."""
+    store = compile_cache.Store(tmp_path / "store")
+    first = store.stage_dir()
+    store.prepare("whole-1", first)
+    _stage(first, "whole-1", "src-k")
+    store.publish("whole-1", first)
+    assert store.publish("src-k", first) == (2, [])  # a trusted build's
+    assert len(list(fake_worker.glob("*.start"))) == 2
+    second = store.stage_dir()
+    store.prepare("whole-2", second)
+    assert store.link("src-k", second) == 2
+    doc = _stage(second, "whole-2", "src-k")
+    assert len(list(fake_worker.glob("*.start"))) == 2  # nothing compiled again
+    for check in _compile_only(doc).values():
+        result = check["metrics"]["compile_only"]
+        assert result["reused"] is True and result["reused_from"]["key"] == "src-k"
+    assert doc["compile_cache"]["source_key"] == "src-k"
 
 
 def test_a_kept_result_of_another_key_or_subject_is_not_reused(

@@ -72,11 +72,13 @@ def test_run_cap_before_the_luck_target_is_inconclusive() -> None:
     out = _measure(subject, max_repeats=16)
     assert out.check["status"] == "inconclusive", out.check["detail"]
     metrics = out.check["metrics"]
-    assert metrics["control"]["varying"] == 1
+    # one varying run in 7 cannot certify: the control was sampled again up to the cap
+    assert metrics["control"]["varying"] == 1 and metrics["control"]["comparisons"] == 15
+    assert "walked on" in metrics["config_reason"]
     assert metrics["stopped_by"] == "max_repeats"
     assert metrics["deterministic_runs"] == 16
     assert metrics["luck_probability"] == pytest.approx(
-        stats.luck_probability(stats.clopper_pearson_lower(1, 7), 15)
+        stats.luck_probability(stats.clopper_pearson_lower(1, 15), 15)
     )
     assert "run cap" in out.check["detail"]
 
@@ -168,10 +170,19 @@ def test_the_deterministic_arm_warms_up_only_at_the_chosen_config() -> None:
     # deterministic arm's runs, none of which is a warm-up
     knobs = made["floats"].knobs
     runs = out.check["metrics"]["deterministic_runs"]
-    assert knobs == [False] * 9 + [True] * (runs + 1)
+    assert knobs[: 9 + runs + 1] == [False] * 9 + [True] * (runs + 1)
+    # then the comparison at the same config, on the same workload: the arms interleaved
+    assert knobs[9 + runs + 1 :] == [False, True, True, False] * 4
     assert out.check["metrics"]["deterministic_warmup_s"] >= 0
     phases = out.check["metrics"]["phases"]
-    assert set(phases) == {"inputs_s", "warmup_s", "control_s", "deterministic_s", "numerics_s"}
+    assert set(phases) == {
+        "inputs_s",
+        "warmup_s",
+        "control_s",
+        "deterministic_s",
+        "numerics_s",
+        "comparison_s",
+    }
 
 
 def test_a_remembered_config_is_kept_while_its_control_varies() -> None:
@@ -268,14 +279,21 @@ def test_the_deterministic_arm_leaves_digests_a_sample_and_its_cost() -> None:
     out = _measure(FakeSubject(lambda _n: Reduction(*_floats(4096, 12))))
     metrics = out.check["metrics"]
     (row,) = _det_rows(out)
-    assert set(metrics["digests"]) == {"out"} and len(metrics["digests"]["out"]) == 64
-    sample = metrics["sample"]["out"]
+    # the walk's own arms, one after the other: their cost, for the record
+    walked = metrics["cost"]
+    assert walked["timer"] == "perf_counter"  # no CUDA events on CPU
+    assert walked["deterministic_runs"] == row.runs and walked["control_runs"] == 8
+    # what the next build compares against: the comparison, at the walk's config (none pinned)
+    compared = metrics["comparison"]
+    assert compared["config_name"] == out.config and compared["pinned"] is False
+    assert set(compared["digests"]) == {"out"} and len(compared["digests"]["out"]) == 64
+    sample = compared["sample"]["out"]
     assert sample["numel"] == 64 and sample["stride"] == 1 and len(sample["values"]) == 64
     reference = Reduction(*_floats(4096, 12)).run(True)["out"]
     assert sample["values"] == [float(v) for v in reference.tolist()]  # the first run's values
-    cost = metrics["cost"]
-    assert cost["timer"] == "perf_counter"  # no CUDA events on CPU
-    assert cost["deterministic_runs"] == row.runs and cost["control_runs"] == 8
+    cost = compared["cost"]
+    assert cost["interleaved"] is True and cost["timer"] == "perf_counter"
+    assert cost["deterministic_runs"] == cost["control_runs"] == 8
     assert cost["ratio"] == pytest.approx(cost["deterministic_median_s"] / cost["control_median_s"])
 
 

@@ -7,6 +7,7 @@ themselves need cuDNN on a GPU (sm_100 for the grouped GEMMs) and are skipped el
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -35,6 +36,27 @@ def test_every_registry_subject_has_a_module_with_its_outputs(name: str) -> None
     assert set(module.TOLERANCES) == set(SUBJECTS[name].outputs)
     names = [c.name for c in subject.configs]
     assert len(names) == len(set(names)) >= 3
+
+
+@pytest.mark.parametrize("name", sorted(SUBJECTS))
+def test_the_harness_walks_the_configs_the_registry_declares(name: str) -> None:
+    entry = SUBJECTS[name]
+    configs = importlib.import_module(entry.module_name).SUBJECT.configs
+    assert [(c.name, c.params) for c in configs] == [(n, dict(p)) for n, p in entry.configs]
+    assert not entry.comparison or entry.comparison in entry.config_names
+
+
+def test_a_subject_definition_covers_what_its_comparisons_stand_on() -> None:
+    entry = SUBJECTS["sdpa_bwd"]
+    same = dataclasses.replace(entry, note="a remark", has="said otherwise")
+    assert same.definition == entry.definition  # words do not start a new series
+    for changed in (
+        dataclasses.replace(entry, configs=entry.configs[1:]),
+        dataclasses.replace(entry, configs=(*entry.configs[:-1], ("b8", {"b": 8}))),
+        dataclasses.replace(entry, comparison=entry.config_names[2]),
+        dataclasses.replace(entry, outputs=("dq",)),
+    ):
+        assert changed.definition != entry.definition
 
 
 def _work(params: dict) -> int:

@@ -100,6 +100,7 @@ def _measure(
     settings: Settings,
     start: Mapping[str, Any],
     pin: str | None,
+    compare_at: dict[str, Any] | None,
 ) -> tuple[Outcome, float]:
     """One GPU subject's outcome, and the seconds its module (the frontend with it) took to load."""
     t0 = time.perf_counter()
@@ -112,6 +113,7 @@ def _measure(
         start_config=start.get("config"),
         start_from=start.get("build_id"),
         pin_config=pin,
+        compare_at=compare_at,
         log=log.info,
     )
     return outcome, imported
@@ -159,11 +161,17 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         "environment_s": round(environment_s, 3),
     }
     starts = plan.start_configs(params, family, environment)
+    points = plan.comparison_points(params, family)
     pin = params.get("pin_config")
     status_of = {name: plan.status_of(name, caps, device, family, pin) for name in names}
-    # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects
+    # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects.
+    # Their results are kept under the kernel sources' key where the runner gave one: what they
+    # compile is those sources (the runner publishes them there only for a trusted build)
     cache_dir = cache.get("dir")
-    cache_key = cache.get("key") if cache_dir else None
+    source_key = params.get("compile_cache_source_key")
+    if source_key and cache_dir:
+        cache["source_key"] = source_key
+    cache_key = (source_key or cache.get("key")) if cache_dir else None
     background = {
         name: compileonly.start(name, cache_dir=cache_dir, key=cache_key)
         for name in names
@@ -181,6 +189,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
             background,
             (cache_dir, cache_key),
             (family, environment, pin),
+            points,
         )
     finally:
         for pending in background.values():
@@ -207,6 +216,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         "family": family,
         "compile_cache": cache,
         "start_configs": starts,
+        "comparison_points": points,
         "environment": environment,
     }
 
@@ -220,11 +230,13 @@ def _run_subjects(
     background: Mapping[str, compileonly.Pending],
     cache: tuple[str | None, str | None],
     where: tuple[str | None, dict[str, Any], str | None],
+    points: Mapping[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Every subject in order: the GPU ones measured here, the compile-only ones collected last.
 
     ``cache`` is the compile cache's (dir, key); ``where`` the (family, environment, pinned config)
-    that a check's comparable key and a repro line's ``--config`` come from.
+    that a check's comparable key and a repro line's ``--config`` come from; ``points`` each
+    subject's comparison point (``plan.comparison_points``).
     """
     cache_dir, cache_key = cache
     family, environment, pin = where
@@ -247,7 +259,9 @@ def _run_subjects(
             continue
         assert device is not None
         try:
-            outcome, import_s = _measure(name, device, settings, starts.get(name) or {}, pin)
+            outcome, import_s = _measure(
+                name, device, settings, starts.get(name) or {}, pin, points.get(name)
+            )
         except Exception as exc:  # one subject's crash must not hide the others' results
             log.exception("subject=%s error", name)
             reason = f"{type(exc).__name__}: {exc}"[:2000]
@@ -257,9 +271,10 @@ def _run_subjects(
         finally:
             if device is not None:
                 torch.cuda.empty_cache()
-        outcome.check["metrics"]["comparable"] = bits.comparable(
+        compared = outcome.check["metrics"]["comparison"]
+        compared["comparable"] = bits.comparable(
             name,
-            outcome.config or "",
+            compared["config_name"],
             family,
             environment,
             bits.inputs_id(importlib.import_module(subject.module_name).__file__),

@@ -119,6 +119,7 @@ class DeterminismDoc(StageDoc):
     family: str | None
     compile_cache: dict[str, Any]
     start_configs: dict[str, Any]
+    comparison_points: dict[str, Any]
     environment: dict[str, Any]
 
 

@@ -4,7 +4,7 @@
 
 1. walk the subject's configs from small to large (starting at the one remembered for this family)
    until the control arm, knob off, varies in at least ``control_share`` of its comparisons with
-   run 0 (``pick_config``);
+   run 0 (``walk.pick_config``), sampling the best one's control again before giving up;
 2. run the deterministic arm, knob on, on the same inputs until the luck probability
    ``(1 - p_lo) ** m`` is below ``luck_target`` or ``max_repeats`` runs are spent, where ``p_lo``
    is the control's one-sided 95% Clopper-Pearson lower bound (``stats``);
@@ -12,7 +12,9 @@
    ``inconclusive`` = exact but the control never varied or the run cap came first; ``fail`` =
    the deterministic arm varied or any output was not finite;
 4. numerics: the deterministic arm's first run against a float32 reference, within the subject's
-   stated tolerances (``numerics``).
+   stated tolerances (``numerics``);
+5. the comparison point: both arms interleaved at the subject's pinned config, wherever the walk
+   went (``comparison``): the bits and the cost the next build compares against.
 
 Compiling happens in a warm-up before any timed run; compile and run seconds are reported apart.
 ``negative_control`` runs the deterministic arm with the knob off: its checks come out ``fail`` or
@@ -28,28 +30,14 @@ from typing import Any
 
 import torch
 
-from runner.inside import bits, stats
-from runner.inside.arms import Arm, run_control, run_deterministic
+from runner.inside import bits, comparison, stats, walk
+from runner.inside.arms import Arm, run_deterministic
 from runner.inside.documents import CheckDoc, DriftDoc
 from runner.inside.numerics import check_numerics
-from runner.inside.subjects.base import Config, Subject, Workload, synchronize
+from runner.inside.subjects.base import Subject
+from runner.inside.walk import Settings
 
-
-@dataclass
-class Settings:
-    repeats: int = 8
-    max_repeats: int = 64
-    luck_target: float = 1e-3
-    control_share: float = 0.5
-    negative_control: bool = False
-
-
-@dataclass
-class Tried:
-    config: Config
-    workload: Workload
-    control: Arm
-    compile_s: float
+__all__ = ["Outcome", "Settings", "measure_subject"]
 
 
 @dataclass
@@ -65,105 +53,6 @@ class Outcome:
     # wall seconds per phase: inputs_s, warmup_s (compiling), control_s and deterministic_s
     # (runs with their digests), numerics_s (the float32 reference and the comparison)
     phases: dict[str, float] = field(default_factory=dict)
-
-
-def _prepare(
-    subject: Subject, config: Config, device: torch.device
-) -> tuple[Workload, float, float]:
-    """Build the inputs and compile the control arm's kernels, outside any timed run.
-
-    Returns the workload, the seconds the inputs took and the seconds of the warm-up (compile).
-    The deterministic arm is warmed up (``_warm_up``) only at the config the walk chooses: a
-    config left behind never compiles a kernel nothing would run.
-    """
-    synchronize(device)
-    start = time.perf_counter()
-    workload = subject.prepare(config, device)
-    synchronize(device)
-    inputs = time.perf_counter()
-    return workload, inputs - start, _warm_up(workload, device, knob=False)
-
-
-def _warm_up(workload: Workload, device: torch.device, *, knob: bool) -> float:
-    """One untimed, uncompared call of an arm (its compile, if any): the seconds it took."""
-    synchronize(device)
-    start = time.perf_counter()
-    workload.run(knob)
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def pick_config(
-    subject: Subject,
-    device: torch.device,
-    s: Settings,
-    start: str | None,
-    start_from: int | None = None,
-    pin: str | None = None,
-) -> tuple[Tried, list[dict[str, Any]], str]:
-    """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink.
-
-    ``start_from`` is the build that chose ``start``, said in the reason. ``pin`` (a repro line's
-    ``--config``) runs that config alone, whatever its control does.
-    """
-    names = [c.name for c in subject.configs]
-    if pin is not None and pin not in names:
-        raise ValueError(f"{subject.name} has no config {pin!r}; configs: {', '.join(names)}")
-    begin = pin if pin is not None else start
-    first = names.index(begin) if begin in names else 0
-    configs = subject.configs[first : first + 1] if pin is not None else subject.configs[first:]
-    history: list[dict[str, Any]] = []
-    best: Tried | None = None
-    for config in configs:
-        workload, inputs_s, warmup_s = _prepare(subject, config, device)
-        took = inputs_s + warmup_s
-        t0 = time.perf_counter()
-        control = run_control(workload, device, s.repeats)
-        history.append(
-            {
-                "config": config.name,
-                "varying": control.varying_runs,
-                "comparisons": control.comparisons,
-                "compile_s": round(took, 3),  # inputs_s + warmup_s
-                "run_s": round(control.run_s, 3),
-                "inputs_s": round(inputs_s, 3),
-                "warmup_s": round(warmup_s, 3),
-                "control_s": round(time.perf_counter() - t0, 3),
-            }
-        )
-        tried = Tried(config, workload, control, took)
-        if best is None or control.share >= best.control.share:
-            best = tried
-        if control.share >= s.control_share:
-            break
-        del workload, tried
-    assert best is not None, f"{subject.name} has no configs"
-    k, n = best.control.varying_runs, best.control.comparisons
-    source = f" from build #{start_from}" if start_from is not None else ""
-    if start in names:
-        remembered = f"remembered config {start}{source}"
-    elif start:
-        remembered = f"remembered config {start}{source} is not a config of this subject"
-    else:
-        remembered = "no remembered config"
-    if pin is not None:
-        remembered = f"config {pin} pinned by --config"
-    if best.control.share >= s.control_share:
-        if best.config.name == start:
-            why = f"{remembered}: its control still varied in {k} of {n} comparisons"
-        else:
-            why = (
-                f"{remembered}; first config from {names[first]} up whose control varied in "
-                f"{k} of {n} comparisons (>= {s.control_share:g})"
-            )
-    elif k:
-        why = (
-            f"{remembered}; no config reached a control share of {s.control_share:g}; "
-            f"{best.config.name} varied most ({k} of {n})"
-        )
-    else:
-        why = f"{remembered}; the control never varied at any config from {names[first]} up"
-    return best, history, why
 
 
 def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
@@ -211,19 +100,22 @@ def measure_subject(
     start_config: str | None = None,
     start_from: int | None = None,
     pin_config: str | None = None,
+    compare_at: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Outcome:
     """The whole determinism verdict for one subject, plus its numerics, on ``device``.
 
     ``start_config`` is the config remembered for this subject (chosen by build ``start_from``);
-    the check's ``metrics.start`` says whether it was kept or escalated from.
+    the check's ``metrics.start`` says whether it was kept or escalated from. ``compare_at`` is
+    the subject's comparison point (``{"config", "series"}``, from the lease): measured after the
+    verdict, wherever the walk went; without one, the walk's config is measured the same way.
     """
     s = settings
-    best, history, why = pick_config(subject, device, s, start_config, start_from, pin_config)
+    best, history, why = walk.pick_config(subject, device, s, start_config, start_from, pin_config)
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
-    det_warmup_s = _warm_up(best.workload, device, knob=not s.negative_control)
+    det_warmup_s = walk.warm_up(best.workload, device, knob=not s.negative_control)
     compile_s = sum(h["compile_s"] for h in history) + det_warmup_s
     t0 = time.perf_counter()
     det = run_deterministic(
@@ -255,14 +147,14 @@ def measure_subject(
         "compile_s": round(compile_s, 3),  # the escalation's, and the deterministic warm-up
         "deterministic_warmup_s": round(det_warmup_s, 3),
         "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),
-        "escalation_steps": len(history) - 1,
+        "escalation_steps": walk.steps(history),
+        "resampled_rounds": sum(1 for h in history if h.get("resampled")),
         "outputs": {
             name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
             for name, o in det.outputs.items()
         },
-        # what the next comparable build compares against (runner/inside/bits.py)
-        "digests": {name: o.digests[0] for name, o in det.outputs.items() if o.digests},
-        "sample": {name: bits.sample(t) for name, t in det.first.items()},
+        # the arms at the walk's config, run one after the other; what the next build compares
+        # against is ``comparison``, measured at the comparison point with the arms interleaved
         "cost": bits.cost(control.times, det.times, det.timer),
     }
     check: CheckDoc = {
@@ -286,11 +178,31 @@ def measure_subject(
     drift = control.drift_rows(subject.name, best.config) + det.drift_rows(
         subject.name, best.config
     )
+    chosen = best.config.name
+    t0 = time.perf_counter()
+    at = (compare_at or {}).get("config") or chosen
+    warm = (chosen, best.workload) if at == chosen else None
+    del best  # a comparison point elsewhere needs the memory of the walk's workload
+    try:
+        metrics["comparison"] = comparison.measure(
+            subject,
+            device,
+            config=at,
+            pinned=compare_at,
+            repeats=s.repeats,
+            negative_control=s.negative_control,
+            warm=warm,
+        )
+    except Exception as exc:  # the verdict stands; only this build's comparison is lost
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        metrics["comparison"] = {"config_name": at, "pinned": compare_at is not None}
+        metrics["comparison"]["error"] = reason
+    phases["comparison_s"] = round(time.perf_counter() - t0, 3)
     return Outcome(
         check=check,
         numerics=numerics,
         drift=drift,
-        config=best.config.name,
+        config=chosen,
         compile_s=compile_s,
         run_s=sum(h["run_s"] for h in history) + det.run_s,
         phases=phases,
@@ -310,5 +222,5 @@ def _start_outcome(
     if start not in {c.name for c in subject.configs}:
         outcome = "unknown"  # the subject no longer has that config: walked from the smallest
     else:  # kept: the remembered config alone answered; escalated: the walk went upward
-        outcome = "kept" if chosen == start and len(history) == 1 else "escalated"
+        outcome = "kept" if chosen == start and walk.steps(history) == 0 else "escalated"
     return {"config": start, "build_id": start_from, "outcome": outcome, "chosen": chosen}

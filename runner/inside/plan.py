@@ -92,6 +92,22 @@ def start_configs(
     return starts
 
 
+def comparison_points(params: Mapping[str, Any], family: str | None) -> dict[str, dict[str, Any]]:
+    """``{subject: {"config", "series"}}``: where each subject's comparison is measured.
+
+    ``comparison`` (the lease's pins, ``[{subject, family, config, series}]``) is kept for this
+    host's family; a subject without one is compared at the config its walk chooses.
+    """
+    points: dict[str, dict[str, Any]] = {}
+    for entry in params.get("comparison") or []:
+        if not isinstance(entry, Mapping) or entry.get("family") != family:
+            continue
+        subject, config = entry.get("subject"), entry.get("config")
+        if isinstance(subject, str) and isinstance(config, str):
+            points[subject] = {"config": config, "series": entry.get("series")}
+    return points
+
+
 def environment(device: torch.device | None) -> dict[str, Any]:
     """The host as the stage reports it: Python, torch, the GPU and its arch, the cuDNN backend."""
     env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}

@@ -42,8 +42,10 @@ from service import (
     limits,
     logs,
     notify,
+    pins,
     queue,
     remembered_configs,
+    trust,
     uploads,
 )
 from service.assemble import store_stage
@@ -179,9 +181,10 @@ def _lease(
     request: Request, session: Session, job: Job, token: str, lease_seconds: int
 ) -> JobLease:
     build = job.build
-    start_configs = (
-        remembered_configs.start_configs(session, job.family) if job.kind == JobKind.gpu else []
-    )
+    gpu = job.kind == JobKind.gpu and job.family is not None
+    start_configs = remembered_configs.start_configs(session, job.family) if gpu else []
+    at = job.started_at or utcnow()
+    comparison = pins.for_lease(session, job.family, at) if gpu and job.family else []
     wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
     assert job.lease_expires_at is not None
     return JobLease(
@@ -205,6 +208,8 @@ def _lease(
         else None,
         start_configs=start_configs,
         subjects=job.subjects,
+        comparison=comparison,
+        trusted_source=trust.trusted_source(session, build, request.app.state.settings.repo_url),
     )
 
 

@@ -17,7 +17,15 @@ from sqlalchemy.orm import Session
 from core.subjects import FAMILIES, SUBJECTS
 from core.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
-from service.models import Build, CheckRow, DeterminismRecord, DriftRowDB, Job, StageRow
+from service.models import (
+    Build,
+    CheckRow,
+    ComparisonPin,
+    DeterminismRecord,
+    DriftRowDB,
+    Job,
+    StageRow,
+)
 from service.web.templating import templates, timed
 
 router = APIRouter(include_in_schema=False)
@@ -73,6 +81,15 @@ class Mark:
 
 
 @dataclass
+class Marker:
+    """A vertical line where a new series of a comparison point starts."""
+
+    x: float
+    label: str
+    title: str
+
+
+@dataclass
 class Chart:
     title: str
     builds: list[int]
@@ -82,6 +99,7 @@ class Chart:
     marks: list[Mark] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)  # row labels of a mark strip
     labels: dict[int, tuple[str, str]] = field(default_factory=dict)  # build: version, date
+    markers: list[Marker] = field(default_factory=list)
     width: int = WIDTH
     height: int = HEIGHT
 
@@ -180,7 +198,8 @@ def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Ch
 
 
 def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
-    """Per family: median deterministic-arm run time over median control-arm run time."""
+    """Per family and comparison-point series: median deterministic-arm run time over median
+    control-arm run time at the comparison point; a marker where a new series starts."""
     stmt = (
         select(
             DeterminismRecord.build_id,
@@ -188,24 +207,55 @@ def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
             DeterminismRecord.cost_ratio,
             DeterminismRecord.config,
             DeterminismRecord.timer,
+            ComparisonPin.series,
         )
+        .outerjoin(ComparisonPin, ComparisonPin.id == DeterminismRecord.pin_id)
         .where(DeterminismRecord.subject == subject, DeterminismRecord.build_id.in_(builds))
         .where(DeterminismRecord.cost_ratio.is_not(None))
         .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
     )
-    found = [(b, f, float(r or 0.0), c, t) for b, f, r, c, t in session.execute(stmt)]
-    y_max = max([r for _, _, r, _, _ in found] + [1.0]) * 1.1
+    found = [(b, f, float(r or 0.0), c, t, n) for b, f, r, c, t, n in session.execute(stmt)]
+    y_max = max([row[2] for row in found] + [1.0]) * 1.1
     title = f"{subject}: cost of determinism (deterministic / control run time)"
     chart = Chart(title, builds, y_max, "ratio")
-    by_family: dict[str | None, Series] = {}
-    for build_id, family, ratio, config, timer in found:
-        series = by_family.setdefault(
-            family, Series(family or "?", FAMILY_COLOURS.get(family, "#556070"))
+    by_series: dict[tuple[str, int], Series] = {}
+    for build_id, family, ratio, config, timer, number in found:
+        label = f"{family or '?'} series {number} at {config}" if number else family or "?"
+        series = by_series.setdefault(
+            (str(family), number or 0), Series(label, FAMILY_COLOURS.get(family, "#556070"))
         )
         title = f"build {build_id} {family} at {config}: {ratio:.2f}x ({timer})"
         series.points.append(Point(chart.x(build_id), chart.y(ratio), title))
-    chart.series = [by_family[f] for f in sorted(by_family, key=str)]
+    chart.series = [by_series[k] for k in sorted(by_series)]
+    chart.markers = [
+        Marker(chart.x(build_id), f"series {pin.series}", f"{label}: {pin.reason}")
+        for build_id, pin, label in series_starts(session, subject, builds)
+    ]
     return chart
+
+
+def series_starts(
+    session: Session, subject: str, builds: list[int]
+) -> list[tuple[int, ComparisonPin, str]]:
+    """(first build, pin, text) of each comparison-point series after the first that starts
+    among ``builds``: where the trends page marks that comparisons started afresh."""
+    first = (
+        select(DeterminismRecord.pin_id, func.min(DeterminismRecord.build_id).label("build_id"))
+        .where(DeterminismRecord.subject == subject, DeterminismRecord.pin_id.is_not(None))
+        .group_by(DeterminismRecord.pin_id)
+        .subquery()
+    )
+    stmt = (
+        select(first.c.build_id, ComparisonPin)
+        .join(ComparisonPin, ComparisonPin.id == first.c.pin_id)
+        .where(ComparisonPin.series > 1, first.c.build_id.in_(builds))
+        .order_by(first.c.build_id)
+    )
+    out = []
+    for build_id, pin in session.execute(stmt):
+        text = f"{pin.family} {subject}: series {pin.series} at {pin.config} from #{build_id}"
+        out.append((build_id, pin, text))
+    return out
 
 
 def bits_by_build(session: Session, builds: list[int]) -> dict[int, list[tuple[str, str]]]:
@@ -280,6 +330,7 @@ def read_trends(
     started = time.perf_counter()
     ids = recent_builds(session, builds)
     charts = defaultdict(list)
+    starts: dict[str, list[tuple[int, ComparisonPin, str]]] = {}
     if ids:
         for name in SUBJECTS:
             charts[name] = [
@@ -287,6 +338,7 @@ def read_trends(
                 deterministic_chart(session, name, ids),
                 cost_chart(session, name, ids),
             ]
+            starts[name] = series_starts(session, name, ids)
     durations = duration_charts(session, ids) if ids else []
     labels = axis_labels(session, ids) if ids else {}
     for chart in [*durations, *(c for group in charts.values() for c in group)]:
@@ -300,6 +352,7 @@ def read_trends(
             "durations": durations,
             "versions": versions(session, ids),
             "bits": bits_by_build(session, ids) if ids else {},
+            "series_starts": starts,
             "limit": builds,
             "families": FAMILIES,
             "subject_families": {name: s.families for name, s in SUBJECTS.items()},

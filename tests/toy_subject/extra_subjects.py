@@ -15,5 +15,6 @@ SUBJECTS = (
         families=("sm_90",),
         outputs=("dx",),
         module="toy_sum_bwd",
+        configs=(("n4096", {"n": 4096}), ("n65536", {"n": 65536})),
     ),
 )

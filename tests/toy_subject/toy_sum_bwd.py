@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, seeded
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
 
-CONFIGS = (Config("n4096", {"n": 4096}), Config("n65536", {"n": 65536}))
+CONFIGS = configs_of("toy_sum_bwd")
 TOLERANCES = {"dx": Tolerance(atol=1e-2, rtol=1e-4)}
 
 

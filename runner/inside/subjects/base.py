@@ -39,6 +39,13 @@ class Tolerance:
     rtol: float
 
 
+def configs_of(name: str) -> tuple[Config, ...]:
+    """The subject's configs, small to large, as its registry entry declares them."""
+    from core.subjects import SUBJECTS
+
+    return tuple(Config(n, dict(params)) for n, params in SUBJECTS[name].configs)
+
+
 class Workload(Protocol):
     tolerances: Mapping[str, Tolerance]
 

@@ -15,16 +15,11 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, seeded
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
 from runner.inside.subjects.sdpa_bwd import attention_reference
 
-# BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob off, 6 of 7
-# differed.
-CONFIGS = (
-    Config("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
-    Config("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
-    Config("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
-)
+# BSHD, bf16, causal (core/subjects.py)
+CONFIGS = configs_of("flex_attention_bwd")
 
 TOLERANCES = {name: Tolerance(atol=2e-2, rtol=2e-2) for name in ("dq", "dk", "dv")}
 

@@ -21,18 +21,13 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, seeded
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
 
 SF_VEC = 32  # MXFP8: one E8M0 scale per 32 values along K
 M_ALIGNED = 256
 FP8_MAX = 448.0  # largest finite float8 e4m3fn
 
-CONFIGS = (
-    Config("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
-    Config("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
-    Config("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
-    Config("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
-)
+CONFIGS = configs_of("grouped_gemm_dsrelu")  # the same shapes as grouped_gemm_dglu
 
 TOLERANCES = {
     "dprob": Tolerance(atol=1e-1, rtol=1e-2),  # float32 output, fp32 accumulation

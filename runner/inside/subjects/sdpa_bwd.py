@@ -14,16 +14,10 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, seeded
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
 
-# Measured on an H200 (docs/determinism.md): the first never varied, the second varied weakly,
-# the larger ones strongly. Ordered small to large; escalation walks them in this order.
-CONFIGS = (
-    Config("b1_h8_s512_d64_causal", {"b": 1, "h": 8, "s": 512, "d": 64, "causal": True}),
-    Config("b4_h16_s2048_d128_causal", {"b": 4, "h": 16, "s": 2048, "d": 128, "causal": True}),
-    Config("b4_h16_s4096_d128_causal", {"b": 4, "h": 16, "s": 4096, "d": 128, "causal": True}),
-    Config("b8_h16_s4096_d128_causal", {"b": 8, "h": 16, "s": 4096, "d": 128, "causal": True}),
-)
+# Ordered small to large (core/subjects.py); escalation walks them in this order.
+CONFIGS = configs_of("sdpa_bwd")
 
 # bf16 gradients against a float32 computation from the same bf16 inputs: a few bf16 ulps of
 # the output plus the kernel's bf16 rounding of P and dS before its matrix products.

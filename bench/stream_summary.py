@@ -1,0 +1,179 @@
+"""What a stream of builds (bench/gpu_stream.py) shows, read from its reports alone.
+
+``summary_text(doc)`` takes ``{"builds": [reports in build order], "planted": {"<id>": what},
+"wall_s": {"<id>": s}}`` and answers, each with the builds that break it: was a comparison lost
+after a subject's first build; one pinned config per subject and family; every planted build
+flagged; no genuine build flagged (a genuine build right after a flipped-bit one rightly says its
+bits changed back); one verdict for the genuine builds; the warm determinism stage's median (goal
+15 s); where a warm build's seconds went.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Any
+
+from testkit.plants import PLANTS
+
+KIND_OF = {what: kind for kind, what in PLANTS.items()}
+PLANTED_SUBJECT = "flex_attention_bwd"
+WARM_GOAL_S = 15.0
+
+
+def _kinds(doc: dict[str, Any]) -> dict[int, str]:
+    planted = {int(k): KIND_OF.get(v, "planted") for k, v in doc.get("planted", {}).items()}
+    return {b["id"]: planted.get(b["id"], "genuine") for b in doc["builds"]}
+
+
+def _gpu_stage(build: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for job in build.get("jobs", []):
+        if job.get("kind") == "gpu":
+            for stage in job.get("stages", []):
+                if stage["name"] == name:
+                    return dict(stage)
+    return None
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
+def analyse(doc: dict[str, Any]) -> dict[str, Any]:
+    builds, kinds = doc["builds"], _kinds(doc)
+    seen: set[tuple[str, str]] = set()
+    lost, configs, series = [], defaultdict(set), defaultdict(set)
+    flagged_genuine, changed_back, planted_missed = [], [], []
+    for build in builds:
+        rows = {(r["family"], r["subject"]): r for r in build.get("history", [])}
+        for pair in sorted(seen - set(rows)):
+            lost.append(f"#{build['id']} {pair[0]} {pair[1]}: no comparison")
+        for pair, row in rows.items():
+            configs[pair].add(row["config"])
+            series[pair].add(row.get("series"))
+            if pair in seen and row["bits"] == "first" and not row.get("series_start"):
+                lost.append(f"#{build['id']} {pair[0]} {pair[1]}: 'first' again")
+            seen.add(pair)
+        kind = kinds[build["id"]]
+        planted_rows = [r for p, r in rows.items() if p[1] == PLANTED_SUBJECT]
+        if kind == "flipped_bit" and not any(r["bits"] == "changed" for r in planted_rows):
+            planted_missed.append(f"#{build['id']} flipped_bit: bits not changed")
+        if kind == "slower_backward" and not any(r["cost_regressed"] for r in planted_rows):
+            ratios = [r.get("cost_ratio") for r in planted_rows]
+            planted_missed.append(f"#{build['id']} slower_backward: not flagged (ratio {ratios})")
+        if kind != "genuine":
+            continue
+        for pair, row in rows.items():
+            if row["cost_regressed"]:
+                flagged_genuine.append(f"#{build['id']} {pair[1]}: cost {row['cost_ratio']:.2f}x")
+            if row["bits"] == "changed":
+                previous = kinds.get(row.get("previous_build_id") or -1, "genuine")
+                where = f"#{build['id']} {pair[1]} after #{row.get('previous_build_id')}"
+                (changed_back if previous == "flipped_bit" else flagged_genuine).append(where)
+    return {
+        "kinds": kinds,
+        "lost": lost,
+        "configs": {f"{f} {s}": sorted(c) for (f, s), c in configs.items()},
+        "series": {f"{f} {s}": sorted(map(str, n)) for (f, s), n in series.items()},
+        "planted_missed": planted_missed,
+        "flagged_genuine": flagged_genuine,
+        "changed_back": changed_back,
+        "verdicts": _verdicts(builds, kinds),
+        "costs": _costs(builds, kinds),
+        "times": _times(doc, builds),
+    }
+
+
+def _verdicts(builds: list[dict[str, Any]], kinds: dict[int, str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for build in builds:
+        if kinds[build["id"]] != "genuine":
+            continue
+        det = _gpu_stage(build, "determinism") or {}
+        checks = ", ".join(f"{c['name']} {c['status']}" for c in det.get("checks", []))
+        out[f"{build['verdict']}: {checks}"].append(build["id"])
+    return dict(out)
+
+
+def _costs(builds: list[dict[str, Any]], kinds: dict[int, str]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = defaultdict(list)
+    for build in builds:
+        for row in build.get("history", []):
+            if row.get("cost_ratio") is not None:
+                out[f"{kinds[build['id']]} {row['subject']}"].append(round(row["cost_ratio"], 3))
+    return dict(out)
+
+
+def _times(doc: dict[str, Any], builds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the warm builds (all but the first): the build, each stage, the phases."""
+    warm = builds[1:]
+    stages: dict[str, list[float]] = defaultdict(list)
+    phases: dict[str, list[float]] = defaultdict(list)
+    for build in warm:
+        for job in build.get("jobs", []):
+            for stage in job.get("stages", []):
+                stages[f"{job['kind']} {stage['name']}"].append(stage.get("duration_s") or 0.0)
+        det = _gpu_stage(build, "determinism") or {}
+        for part, values in (det.get("timings") or {}).items():
+            for key, value in values.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    phases[f"{part}.{key}"].append(float(value))
+    walls = [float(doc.get("wall_s", {}).get(str(b["id"]), 0.0)) for b in warm]
+    first = _gpu_stage(builds[0], "determinism") if builds else None
+    return {
+        "warm_builds": len(warm),
+        "wall_s": _median([w for w in walls if w]),
+        "cold_determinism_s": (first or {}).get("duration_s"),
+        "stages": {k: _median(v) for k, v in sorted(stages.items())},
+        "phases": {k: _median(v) for k, v in sorted(phases.items())},
+    }
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def summary_text(doc: dict[str, Any], pins: list[dict[str, Any]] | None = None) -> str:
+    a = analyse(doc)
+    kinds = Counter(a["kinds"].values())
+    det_warm = a["times"]["stages"].get("gpu determinism")
+    one_config = all(len(c) == 1 for c in a["configs"].values())
+    lines = [
+        f"{len(doc['builds'])} builds: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+        f"no comparison lost after a subject's first build: {_mark(not a['lost'])}"
+        + (f" ({'; '.join(a['lost'])})" if a["lost"] else ""),
+        f"one pinned config per subject: {_mark(one_config)} "
+        + "; ".join(
+            f"{k}: {', '.join(v)} (series {', '.join(a['series'][k])})"
+            for k, v in sorted(a["configs"].items())
+        ),
+        f"every planted build flagged: {_mark(not a['planted_missed'])}"
+        + (f" ({'; '.join(a['planted_missed'])})" if a["planted_missed"] else ""),
+        f"no genuine build flagged: {_mark(not a['flagged_genuine'])}"
+        + (f" ({'; '.join(a['flagged_genuine'])})" if a["flagged_genuine"] else "")
+        + (
+            f"; bits changed back after a flipped bit: {', '.join(a['changed_back'])}"
+            if a["changed_back"]
+            else ""
+        ),
+        f"one verdict for the genuine builds: {_mark(len(a['verdicts']) == 1)} "
+        + "; ".join(f"{v} (builds {', '.join(map(str, ids))})" for v, ids in a["verdicts"].items()),
+        f"warm determinism stage median: {det_warm} s over {a['times']['warm_builds']} builds "
+        f"(goal <= {WARM_GOAL_S:g} s: {_mark(det_warm is not None and det_warm <= WARM_GOAL_S)}); "
+        f"cold (build 1): {a['times']['cold_determinism_s']} s; warm build wall (submission to "
+        f"report) median {a['times']['wall_s']} s",
+        "cost of determinism at the comparison point: "
+        + "; ".join(f"{k} {min(v):.2f}-{max(v):.2f}x (n={len(v)})" for k, v in a["costs"].items()),
+        "warm medians, stages: " + ", ".join(f"{k} {v} s" for k, v in a["times"]["stages"].items()),
+        "warm medians, determinism stage phases: "
+        + ", ".join(f"{k} {v}" for k, v in a["times"]["phases"].items()),
+    ]
+    if pins is not None:
+        lines.append(
+            "pins: "
+            + "; ".join(
+                f"{p['family']} {p['subject']} series {p['series']} {p['config']} ({p['source']})"
+                for p in pins
+            )
+        )
+    return "\n".join(lines)

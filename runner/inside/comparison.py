@@ -1,0 +1,124 @@
+"""The comparison point: one config per subject and family, measured on every build.
+
+The detection walk (``measure.pick_config``) may move from one build to the next; the comparison
+does not. At the pinned config (the lease's, or, while nothing is pinned yet, the config the walk
+chose) both arms run interleaved, in pairs whose order alternates (control then deterministic,
+deterministic then control, ...), each run timed alone after the compile warm-ups, so a clock
+that ramps during the measurement weighs on both arms alike. The deterministic arm's runs are
+compared byte for byte with its run 0 and digested; the cost is the median deterministic run
+over the median control run. The control runs are timed only: their bytes are the walk's
+business, and copying a varying output to the host to hash it would cost more than the run.
+
+Standard library and torch only (runs inside the candidate's environment).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from runner.inside import bits
+from runner.inside.arms import Arm
+from runner.inside.subjects.base import Config, Subject, Workload, synchronize
+
+PAIRS_MIN = 8  # interleaved pairs at the least; ``repeats`` when it is larger
+
+
+def _timed_control(workload: Workload, device: torch.device) -> float:
+    timer = bits.RunTimer(device)
+    synchronize(device)
+    _out, took = timer.time(lambda: workload.run(False))
+    synchronize(device)
+    return took
+
+
+def interleaved(
+    workload: Workload, device: torch.device, pairs: int, *, knob: bool
+) -> tuple[Arm, list[float]]:
+    """``pairs`` runs of each arm, alternating which goes first: the deterministic arm (with its
+    digests) and the control's run times."""
+    det = Arm("deterministic", knob=knob, stopped_by="comparison")
+    control: list[float] = []
+    for i in range(pairs):
+        if i % 2 == 0:
+            control.append(_timed_control(workload, device))
+            det.run_once(workload, device)
+        else:
+            det.run_once(workload, device)
+            control.append(_timed_control(workload, device))
+    return det, control
+
+
+def _warm(workload: Workload, device: torch.device) -> None:
+    for knob in (False, True):  # each arm's compile, never timed
+        workload.run(knob)
+    synchronize(device)
+
+
+def measure(
+    subject: Subject,
+    device: torch.device,
+    *,
+    config: str,
+    pinned: dict[str, Any] | None,
+    repeats: int,
+    negative_control: bool,
+    warm: tuple[str, Workload] | None = None,
+) -> dict[str, Any]:
+    """The comparison document of one subject at ``config``.
+
+    ``warm`` is the walk's (config, workload), both arms already compiled: reused when it is
+    the comparison's config. ``pinned`` is the lease's pin (``config``, ``series``), or None when
+    the service has none yet for this subject and family (the walk's config is measured, and
+    the service may pin it).
+    """
+    configs = {c.name: c for c in subject.configs}
+    doc: dict[str, Any] = {
+        "config_name": config,
+        "pinned": pinned is not None,
+        "series": (pinned or {}).get("series"),
+        "negative_control": negative_control,
+    }
+    if config not in configs:
+        doc["error"] = f"{subject.name} has no config {config!r}; configs: {', '.join(configs)}"
+        return doc
+    chosen: Config = configs[config]
+    t0 = time.perf_counter()
+    reused = warm is not None and warm[0] == config
+    if warm is not None and reused:
+        workload = warm[1]
+    else:
+        workload = subject.prepare(chosen, device)
+        _warm(workload, device)
+    compile_s = time.perf_counter() - t0
+    pairs = max(repeats, PAIRS_MIN)
+    t0 = time.perf_counter()
+    det, control = interleaved(workload, device, pairs, knob=not negative_control)
+    cost = bits.cost(control, det.times, det.timer)
+    cost["interleaved"] = True
+    if control and det.times:
+        cost["control_spread"] = _spread(control)
+        cost["deterministic_spread"] = _spread(det.times)
+    doc.update(
+        config=chosen.describe(),
+        reused_workload=reused,
+        digests={name: o.digests[0] for name, o in det.outputs.items() if o.digests},
+        sample={name: bits.sample(t) for name, t in det.first.items()},
+        outputs={
+            name: {"differing": o.differing, "distinct": len(set(o.digests)), "finite": o.finite}
+            for name, o in det.outputs.items()
+        },
+        cost=cost,
+        compile_s=round(compile_s, 3),
+        run_s=round(time.perf_counter() - t0, 3),
+    )
+    return doc
+
+
+def _spread(times: list[float]) -> float:
+    """(max - min) / median of one arm's run times: how steady the GPU was while it ran."""
+    mid = statistics.median(times)
+    return round((max(times) - min(times)) / mid, 4) if mid > 0 else 0.0

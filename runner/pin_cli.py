@@ -1,0 +1,77 @@
+"""``fe-ci pin``: show or re-pin the comparison points of a running service (admin token)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from runner.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from runner.config import RunnerSettings
+
+
+def _line(pin: dict[str, Any]) -> str:
+    state = "in force" if pin["in_force"] else f"retired {pin['retired_at']}"
+    stale = "" if pin["definition_current"] else " (made for an earlier definition)"
+    return (
+        f"{pin['family']} {pin['subject']} series {pin['series']}: {pin['config']} "
+        f"[{pin['source']}, {state}{stale}] {pin['reason']}"
+    )
+
+
+def pin(
+    subject: Annotated[str | None, typer.Argument(help="the subject, e.g. sdpa_bwd")] = None,
+    config: Annotated[str | None, typer.Argument(help="one of the subject's configs")] = None,
+    family: Annotated[
+        str | None, typer.Option(metavar="FAMILY", help="sm_80, sm_90 or sm_100")
+    ] = None,
+    reason: Annotated[str, typer.Option(help="why, kept with the new series")] = "",
+    measure: Annotated[
+        bool,
+        typer.Option("--measure", help="retire the pin: the next robust measurement chooses"),
+    ] = False,
+) -> None:
+    """List comparison points, or re-pin SUBJECT on --family at CONFIG: a new series starts.
+
+    \b
+    fe-ci pin                                   every series of every subject and family
+    fe-ci pin sdpa_bwd b8_h16_s4096_d128_causal --family sm_90 --reason "..."
+    fe-ci pin sdpa_bwd --family sm_90 --measure  the next robust measurement chooses again
+    Environment: FE_CI_URL (the service) and FE_CI_ADMIN_TOKEN (re-pinning only; beside a local
+    service it is read from ./data/tokens.env, or FE_CI_DATA_DIR/tokens.env).
+    """
+    s = RunnerSettings()
+    with httpx.Client(base_url=s.url, timeout=60.0) as http:
+        try:
+            if subject is None:
+                resp = http.get("/api/pins")
+                if resp.status_code != 200:
+                    raise fail(f"the service answered {resp.status_code}: {resp.text}", EXIT_FAILED)
+                for item in resp.json()["items"]:
+                    typer.echo(_line(item))
+                return
+            if family is None or (config is None) == (not measure):
+                raise fail("give --family and either CONFIG or --measure")
+            token = s.token("admin_token")
+            if not token:
+                raise fail("set FE_CI_ADMIN_TOKEN (or run beside the service's data directory)")
+            resp = http.post(
+                f"/api/pins/{family}/{subject}",
+                json={"config": config, "reason": reason},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        except httpx.TransportError as exc:
+            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_FAILED) from exc
+    if resp.status_code != 201:
+        try:
+            message = resp.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = resp.text
+        bad_input = 400 <= resp.status_code < 500 and resp.status_code not in (401, 403)
+        code = EXIT_BAD_INPUT if bad_input else EXIT_FAILED
+        raise fail(f"the service refused the re-pin ({resp.status_code}): {message}", code)
+    body = resp.json()
+    if body.get("retired"):
+        typer.echo(f"retired: {_line(body['retired'])}")
+    typer.echo(f"now:     {_line(body['pin'])}" if body.get("pin") else "now:     none")

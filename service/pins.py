@@ -1,0 +1,204 @@
+"""Comparison points: one config per (subject, family), in series, measured by every build.
+
+The detection walk may move from build to build; the comparison of bits and cost does not. A
+subject's point on a family is chosen once: declared by the subject (``core.subjects``), or the
+config of the first build whose walk settled where the control varied robustly
+(``core.history.robust_config``). It changes only when the subject's definition changes or an
+operator re-pins it; either starts a new series, and the old series' records stay as they were.
+
+- ``for_lease``: the pins a GPU job of a family is leased with (after retiring pins whose
+  subject's definition changed and starting declared ones);
+- ``held_by``: the pins in force when a job was leased, which its measurements must match;
+- ``series_for``: the series a posted measurement joins (or starts), or why it is refused;
+- ``repin``: an operator's re-pin.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from core import history
+from core.subjects import SUBJECTS, Subject
+from core.wire import Check, ComparisonPoint
+from service.errors import OffPin, UnknownConfig
+from service.models import ComparisonPin, Job, utcnow
+
+log = logging.getLogger("fe_ci.pins")
+
+
+def active(session: Session, subject: str, family: str) -> ComparisonPin | None:
+    """The pin of (subject, family) in force now."""
+    return session.scalars(
+        select(ComparisonPin)
+        .where(ComparisonPin.subject == subject, ComparisonPin.family == family)
+        .where(ComparisonPin.retired_at.is_(None))
+        .order_by(ComparisonPin.series.desc())
+        .limit(1)
+    ).first()
+
+
+def in_force(session: Session, family: str, at: datetime) -> dict[str, ComparisonPin]:
+    """``{subject: pin}`` of the family as they stood at ``at``."""
+    rows = session.scalars(
+        select(ComparisonPin)
+        .where(ComparisonPin.family == family, ComparisonPin.created_at <= at)
+        .where(or_(ComparisonPin.retired_at.is_(None), ComparisonPin.retired_at > at))
+        .order_by(ComparisonPin.series)
+    )
+    return {pin.subject: pin for pin in rows}
+
+
+def point(pin: ComparisonPin) -> ComparisonPoint:
+    return ComparisonPoint(
+        subject=pin.subject,
+        family=pin.family,
+        config=pin.config,
+        series=pin.series,
+        source=pin.source,
+    )
+
+
+def known_configs(subject: Subject) -> str:
+    return ", ".join(subject.config_names) or "none declared"
+
+
+def start_series(
+    session: Session,
+    subject: Subject,
+    family: str,
+    config: str,
+    *,
+    source: str,
+    reason: str,
+    build_id: int | None = None,
+    at: datetime | None = None,
+) -> ComparisonPin | None:
+    """Retire the pin in force and start the next series at ``config``; None when a racing
+    transaction started one first (its pin stands)."""
+    at = at or utcnow()
+    held = active(session, subject.name, family)
+    newest = session.scalar(
+        select(func.max(ComparisonPin.series)).where(
+            ComparisonPin.subject == subject.name, ComparisonPin.family == family
+        )
+    )
+    pin = ComparisonPin(
+        subject=subject.name,
+        family=family,
+        series=(newest or 0) + 1,
+        config=config,
+        definition=subject.definition,
+        source=source,
+        reason=reason,
+        build_id=build_id,
+        created_at=at,
+    )
+    try:
+        with session.begin_nested():
+            if held is not None:
+                held.retired_at = at
+            session.add(pin)
+    except IntegrityError:
+        return None
+    log.info(
+        "event=comparison_pinned subject=%s family=%s series=%s config=%s source=%s",
+        pin.subject,
+        family,
+        pin.series,
+        config,
+        source,
+    )
+    return pin
+
+
+def for_lease(session: Session, family: str, at: datetime) -> list[ComparisonPoint]:
+    """The family's pins for a lease taken at ``at``. A pin whose subject's definition changed
+    is retired first; a subject that declares its point gets it when it has none."""
+    for name, subject in SUBJECTS.items():
+        if family not in subject.families:
+            continue
+        held = active(session, name, family)
+        if held is not None and held.definition == subject.definition:
+            continue
+        if held is not None and not subject.comparison:
+            held.retired_at = at  # the next robust measurement chooses again
+            reason = f"the subject's definition changed ({held.definition} -> {subject.definition})"
+            log.info("event=comparison_retired subject=%s family=%s %s", name, family, reason)
+        elif subject.comparison:
+            why = "declared by the subject" + (
+                "; its definition changed" if held is not None else ""
+            )
+            start_series(
+                session, subject, family, subject.comparison, source="declared", reason=why, at=at
+            )
+    return [point(pin) for pin in in_force(session, family, at).values()]
+
+
+def series_for(
+    session: Session, job: Job, check: Check, measured: Mapping[str, Any]
+) -> ComparisonPin | None:
+    """The pin a job's measurement of ``subject`` belongs to, started here if the subject has
+    none and the measurement qualifies; None when it joins no series.
+
+    A measurement off the pin the job was leased with is refused (``OffPin``): the runner was
+    told where to measure. One at a config the subject does not have is refused too.
+    """
+    subject = check.name.partition(".")[0]
+    entry = SUBJECTS.get(subject)
+    config = str(measured.get("config_name"))
+    if entry is not None and entry.configs and config not in entry.config_names:
+        raise UnknownConfig(
+            f"{subject} has no config {config!r}; known configs: {known_configs(entry)}",
+            detail={"subject": subject, "config": config, "known": list(entry.config_names)},
+        )
+    if job.family is None or entry is None:
+        return None
+    held = in_force(session, job.family, job.started_at or utcnow()).get(subject)
+    if held is not None:
+        if held.config != config:
+            raise OffPin(
+                f"{subject} on {job.family}: the comparison was measured at {config}, but the "
+                f"comparison point this job was leased with is {held.config} (series "
+                f"{held.series}); nothing of this stage was stored",
+                detail={"subject": subject, "config": config, "pin": held.config},
+            )
+        return held
+    current = active(session, subject, job.family)
+    if current is not None:  # pinned after this job was leased: it joins only at that config
+        return current if current.config == config else None
+    if history.robust_config(check.status, check.metrics) != config:
+        return None
+    control = check.metrics.get("control") or {}
+    reason = (
+        f"the first config whose control varied robustly: {control.get('varying')} of "
+        f"{control.get('comparisons')} comparisons in build {job.build_id}"
+    )
+    return start_series(
+        session, entry, job.family, config, source="measured", reason=reason, build_id=job.build_id
+    )
+
+
+def repin(
+    session: Session, subject: Subject, family: str, config: str | None, reason: str
+) -> ComparisonPin | None:
+    """An operator's re-pin: a new series at ``config``, or, without one, none until the next
+    robust measurement (or the subject's declared point) chooses again."""
+    if config is not None and config not in subject.config_names:
+        raise UnknownConfig(
+            f"{subject.name} has no config {config!r}; known configs: {known_configs(subject)}",
+            detail={"subject": subject.name, "config": config, "known": list(subject.config_names)},
+        )
+    why = f"re-pinned by an operator: {reason}" if reason else "re-pinned by an operator"
+    if config is None:
+        held = active(session, subject.name, family)
+        if held is not None:
+            held.retired_at = utcnow()
+        return None
+    return start_series(session, subject, family, config, source="operator", reason=why)

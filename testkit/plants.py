@@ -1,0 +1,66 @@
+"""Planted builds: a real frontend wheel with one thing changed in ``flex_attention_bwd``'s
+deterministic backward, for the stream of builds that proves the comparisons
+(``bench/gpu_stream.py``). The knob-off path (the control arm) is left as it is in both.
+
+- ``flipped_bit``: the deterministic backward's dq has the lowest bit of its first element
+  flipped. Still deterministic and within the numerics tolerance (one bf16 ulp), but not the
+  genuine bytes: a build after a genuine one must say ``deterministic_bits_changed``.
+- ``slower_backward``: the deterministic backward runs twice (the first result is dropped), so
+  the deterministic arm's run (forward and backward) costs about 1.5-2x: a build after genuine
+  ones must say ``determinism_cost_regressed``.
+
+Both edit ``cudnn/flex_attention/autograd.py`` at the line that unpacks the backward's result
+(1.29.0 and later); ``doctor_wheel`` refuses a release where the line is not there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testkit.registry import doctor_wheel
+
+AUTOGRAD = "cudnn/flex_attention/autograd.py"
+ANCHOR = b"        dq, dk, dv = result\n"
+
+FLIP = b"""\
+        if ctx.deterministic:  # planted: one bit of the deterministic dq flipped
+            dq = dq.contiguous().clone()
+            dq.view(-1)[:1].view(torch.int16).bitwise_xor_(1)
+"""
+TWICE = b"""\
+        if ctx.deterministic:  # planted: the deterministic backward runs twice
+            result = _flex_attention_backward(
+                q,
+                k,
+                v,
+                out,
+                dout,
+                lse,
+                mask_plan=ctx.mask_plan,
+                softmax_scale=ctx.softmax_scale,
+                deterministic=True,
+                dlse_tensor=dlse if ctx.return_lse else None,
+            )
+"""
+
+PLANTS: dict[str, str] = {
+    "flipped_bit": "flex_attention_bwd's deterministic dq has one bit flipped (bits must change)",
+    "slower_backward": "flex_attention_bwd's deterministic backward runs twice (cost must regress)",
+}
+
+
+def _edit(kind: str, source: bytes) -> bytes:
+    if source.count(ANCHOR) != 1:
+        raise ValueError(f"{AUTOGRAD}: the line {ANCHOR!r} is not there once")
+    if kind == "flipped_bit":
+        return source.replace(ANCHOR, ANCHOR + FLIP)
+    if kind == "slower_backward":
+        return source.replace(ANCHOR, TWICE + ANCHOR)
+    raise ValueError(f"unknown plant {kind!r}; plants: {', '.join(PLANTS)}")
+
+
+def plant(src: Path, kind: str, dest_dir: Path) -> Path:
+    """A copy of the wheel ``src`` in ``dest_dir`` with the plant ``kind``."""
+    if kind not in PLANTS:
+        raise ValueError(f"unknown plant {kind!r}; plants: {', '.join(PLANTS)}")
+    return doctor_wheel(src, dest_dir, {AUTOGRAD: lambda data: _edit(kind, data)})
