@@ -5,9 +5,9 @@ deterministic backward, for the stream of builds that proves the comparisons
 - ``flipped_bit``: the deterministic backward's dq has the lowest bit of its first element
   flipped. Still deterministic and within the numerics tolerance (one bf16 ulp), but not the
   genuine bytes: a build after a genuine one must say ``deterministic_bits_changed``.
-- ``slower_backward``: the deterministic backward runs twice (the first result is dropped), so
-  the deterministic arm's run (forward and backward) costs about 1.5-2x: a build after genuine
-  ones must say ``determinism_cost_regressed``.
+- ``slower_backward``: the deterministic backward runs four times (the first three results are
+  dropped). Measured on the H200 at the comparison point, the deterministic arm's run (forward
+  and backward) then costs 1.35x the control's, against 0.94-1.15x genuine (twice: 1.22x).
 
 Both edit ``cudnn/flex_attention/autograd.py`` at the line that unpacks the backward's result
 (1.29.0 and later); ``doctor_wheel`` refuses a release where the line is not there.
@@ -28,7 +28,7 @@ FLIP = b"""\
             dq.view(-1)[:1].view(torch.int16).bitwise_xor_(1)
 """
 TWICE = b"""\
-        if ctx.deterministic:  # planted: the deterministic backward runs twice
+        for _ in range(3) if ctx.deterministic else ():  # planted: it runs four times
             result = _flex_attention_backward(
                 q,
                 k,
@@ -45,7 +45,9 @@ TWICE = b"""\
 
 PLANTS: dict[str, str] = {
     "flipped_bit": "flex_attention_bwd's deterministic dq has one bit flipped (bits must change)",
-    "slower_backward": "flex_attention_bwd's deterministic backward runs twice (cost must regress)",
+    "slower_backward": (
+        "flex_attention_bwd's deterministic backward runs four times (cost must regress)"
+    ),
 }
 
 
