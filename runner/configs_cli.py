@@ -1,8 +1,9 @@
 """``fe-ci configs [SUBJECT]``: each subject's configs, small to large, as ``--config`` names them.
 
-The configs are the subjects' own declarations (``SUBJECT.configs`` in the module the registry
-names, ``core.subjects``), read with the host's torch as the harness reads them; ``fe-ci validate
---config`` checks its name against the same list before anything is installed.
+The configs are the subjects' declarations in the registry (``core.subjects``, which the harness
+builds its inputs from; a subject declared without them is read from its harness module, with the
+host's torch); ``fe-ci validate --config`` checks its name against the same list before anything
+is installed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from runner.cli_common import fail
 
 def subject_configs(name: str) -> list[tuple[str, dict[str, Any]]]:
     """``[(config name, parameters)]`` of one subject, in escalation order (small to large)."""
+    if SUBJECTS[name].configs:
+        return [(config, dict(params)) for config, params in SUBJECTS[name].configs]
     harness = SUBJECTS[name].load()
     return [(c.name, dict(getattr(c, "params", {}))) for c in harness.configs]
 
