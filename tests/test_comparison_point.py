@@ -44,6 +44,7 @@ def test_the_comparison_stays_at_the_pin_wherever_the_walk_goes() -> None:
     for doc in (a, b):
         assert doc["config_name"] == "floats_small" and doc["pinned"] and doc["series"] == 3
         assert doc["outputs"]["out"]["distinct"] == 1 and doc["cost"]["interleaved"]
+        assert len(doc["cost"]["control_us"]) == len(doc["cost"]["deterministic_us"]) == 8
     assert a["digests"] == b["digests"]  # comparable across the two builds
     assert a["reused_workload"] is False and b["reused_workload"] is True
     assert high.phases["comparison_s"] > 0

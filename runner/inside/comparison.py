@@ -102,6 +102,9 @@ def measure(
     if control and det.times:
         cost["control_spread"] = _spread(control)
         cost["deterministic_spread"] = _spread(det.times)
+        # each run, in microseconds and in the order they ran: what the medians came from
+        cost["control_us"] = [round(t * 1e6, 1) for t in control]
+        cost["deterministic_us"] = [round(t * 1e6, 1) for t in det.times]
     doc.update(
         config=chosen.describe(),
         reused_workload=reused,
