@@ -1,9 +1,10 @@
 """The cost gate's band, on the cost ratios that genuine builds really measured on an H200.
 
-``docs/measurements/gpu-builds-h200*.json`` are builds of 1.32.0 through the service (read, never
-written): their ``history`` rows hold each build's cost of determinism per subject and config.
-The gate must let every one of those builds through, and flag a deterministic backward 1.5x
-slower than any of them, whatever the builds before it measured.
+``docs/measurements/gpu-builds-h200*.json`` (the arms one after the other) and
+``h200-stream-*.json`` (the arms interleaved at a pinned comparison point; its planted builds left
+out) are builds of 1.32.0 through the service, read, never written: their ``history`` rows hold
+each build's cost of determinism per subject and config. The gate must let every one of those
+builds through, and flag a ratio 1.5x any of them, whatever the genuine builds before it measured.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ SLOWER = 1.5
 def recorded_series() -> dict[str, list[float]]:
     """``{"<file> <subject> <config>": [ratios in build order]}`` of the recorded streams."""
     series: dict[str, list[float]] = {}
-    for path in sorted(MEASUREMENTS.glob("gpu-builds-h200*.json")):
-        for build in json.loads(path.read_text()):
+    for path in sorted(MEASUREMENTS.glob("gpu-builds-h200*.json")) + sorted(
+        MEASUREMENTS.glob("h200-stream-*.json")
+    ):
+        doc = json.loads(path.read_text())
+        builds = doc["builds"] if isinstance(doc, dict) else doc
+        planted = set(doc.get("planted", {})) if isinstance(doc, dict) else set()
+        for build in builds:
+            if str(build.get("id")) in planted:
+                continue
             for row in build.get("history") or []:
                 if row.get("cost_ratio") is not None:
                     key = f"{path.stem} {row['subject']} {row['config']}"
