@@ -88,7 +88,13 @@ class Agent:
         self.client = Client(settings.url)
         self.state = State(settings.cache_dir, settings.runner_name)
         self.zygotes = (
-            zygotes.Zygotes(Path(settings.cache_dir) / "zygotes") if settings.warm_workers else None
+            zygotes.Zygotes(
+                Path(settings.cache_dir) / "zygotes",
+                uid_range=settings.uid_range(),
+                hidden=settings.private_dirs(),
+            )
+            if settings.warm_workers
+            else None
         )
         self.jobs_done = 0
 

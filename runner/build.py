@@ -20,8 +20,10 @@ from pathlib import Path
 
 from core.commits import BuildFailure, ensure_commit, export_tree
 from core.wire import Stage, StageResult, Status
-from runner import envs, sandbox
+from runner import envs, jobbox, redact, sandbox, uids
 from runner.config import RunnerSettings
+from runner.jobbox import JobBox
+from runner.stage_results import redacted
 
 
 @dataclass(frozen=True)
@@ -95,17 +97,25 @@ def build_wheel(
     wheelhouse: Path | None = None,
     cancel: threading.Event | None = None,
     installer: str | None = None,
+    job: JobBox | None = None,
 ) -> Path:
     """Build ``src`` with its own build backend; returns the wheel. Raises ``BuildFailure``.
 
     ``installer`` (``uv`` or ``pip``; default ``envs.choose_installer()``) installs the build
-    requirements and starts the build."""
+    requirements and starts the build. Both run the commit's code: in ``job``'s sandbox (one of
+    their own without a job), the installer with the package index, the build with no network."""
+    if job is None:
+        with jobbox.temporary(work) as own:
+            return build_wheel(
+                src, out_dir, work=work, log=log, timeout_s=timeout_s, index_url=index_url,
+                wheelhouse=wheelhouse, cancel=cancel, installer=installer, job=own,
+            )  # fmt: skip
     installer = installer or envs.choose_installer()
     env = envs.create_env(work / "build-env")
     reqs = build_requirements(src)
     install = envs.install_command(installer, env, reqs, index_url=index_url, wheelhouse=wheelhouse)
-    outcome = sandbox.run(
-        install, timeout_s=timeout_s, log_path=log, env=envs.installer_env(), cancel=cancel
+    outcome = envs.run_installer(
+        job, env, install, log, timeout_s, reads=(wheelhouse, src), cancel=cancel
     )
     if not outcome.ok:
         raise BuildFailure(
@@ -114,15 +124,21 @@ def build_wheel(
             outcome.log_tail,
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    child = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # As an isolated build would: the build requirements' scripts (cmake, ninja) come first, and
-    # CMake finds their packages (pybind11's config) from that prefix.
-    child["PATH"] = os.pathsep.join([str(env.root / "bin"), os.environ.get("PATH", os.defpath)])
-    dlpack = os.environ.get("FETCHCONTENT_SOURCE_DIR_DLPACK")
-    if dlpack:
-        child["FETCHCONTENT_SOURCE_DIR_DLPACK"] = dlpack
+    # CMake finds their packages (pybind11's config) from that prefix; dlpack's sources come from
+    # FETCHCONTENT_SOURCE_DIR_DLPACK where the host has them (the allowlist passes it).
+    child = job.environ("build", env.root / "bin")
     cmd = wheel_command(installer, env, src, out_dir)
-    outcome = sandbox.run(cmd, timeout_s=timeout_s, log_path=log, env=child, cwd=src, cancel=cancel)
+    dlpack = os.environ.get("FETCHCONTENT_SOURCE_DIR_DLPACK")
+    with job.writing(src, out_dir, files=True):  # the commit's own files: a build rewrites some
+        outcome = sandbox.run(
+            cmd,
+            timeout_s=timeout_s,
+            log_path=log,
+            env=child,
+            cancel=cancel,
+            box=job.box(src, out_dir, ro=(env.root, *([Path(dlpack)] if dlpack else []))),
+        )
     if outcome.status in ("timeout", "crashed", "cancelled"):
         raise BuildFailure("build_failed", f"the build {outcome.describe()}", outcome.log_tail)
     wheels = sorted(out_dir.glob("*.whl"))
@@ -146,24 +162,50 @@ def run_build(
     index_url: str | None = None,
     wheelhouse: Path | None = None,
     cancel: threading.Event | None = None,
+    uid_range: uids.UidRange | None = None,
+    private: tuple[Path, ...] = (),
+    secrets: tuple[str, ...] | None = None,
 ) -> tuple[StageResult, Built | None]:
-    """The ``build`` stage: a result for the report, and the wheel when it worked."""
+    """The ``build`` stage: a result for the report (with no runner secret in it), and the wheel
+    when it worked. The build runs as a job of its own: ``uid_range``'s uid, ``private`` hidden."""
+    result, built = _run_build(
+        repo_url, sha, cache_dir=cache_dir, work=work, timeout_s=timeout_s, index_url=index_url,
+        wheelhouse=wheelhouse, cancel=cancel, uid_range=uid_range, private=private,
+    )  # fmt: skip
+    return redacted(result, redact.runner_secrets() if secrets is None else secrets), built
+
+
+def _run_build(
+    repo_url: str,
+    sha: str,
+    *,
+    cache_dir: Path,
+    work: Path,
+    timeout_s: float,
+    index_url: str | None,
+    wheelhouse: Path | None,
+    cancel: threading.Event | None,
+    uid_range: uids.UidRange | None,
+    private: tuple[Path, ...],
+) -> tuple[StageResult, Built | None]:
     start = time.monotonic()
     log = work / "logs" / "build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         mirror = ensure_commit(repo_url, sha, cache_dir, log)
         src = export_tree(mirror, sha, work / "src")
-        wheel = build_wheel(
-            src,
-            work / "dist",
-            work=work,
-            log=log,
-            timeout_s=timeout_s,
-            index_url=index_url,
-            wheelhouse=wheelhouse,
-            cancel=cancel,
-        )
+        with jobbox.temporary(work, uid_range, private) as job:
+            wheel = build_wheel(
+                src,
+                work / "dist",
+                work=work,
+                log=log,
+                timeout_s=timeout_s,
+                index_url=index_url,
+                wheelhouse=wheelhouse,
+                cancel=cancel,
+                job=job,
+            )
     except BuildFailure as exc:
         result = StageResult(
             name=Stage.build,
@@ -204,4 +246,7 @@ def build_commit(
         index_url=s.index_url,
         wheelhouse=s.wheelhouse,
         cancel=cancel,
+        uid_range=s.uid_range(),
+        private=s.private_dirs(),
+        secrets=s.secrets(),
     )

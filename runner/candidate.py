@@ -1,9 +1,10 @@
 """Starting a candidate-side stage: its private source, its environment, its process.
 
-Each stage is a subprocess of the candidate's Python (or a fork of a warm zygote), in its own
-process group with a timeout, with a private copy of ``runner/inside`` and of core's
-standard-library part (the subject declarations) on its path and nothing else of the runner;
-it hands back one JSON document, read here as untrusted input.
+Each stage is a subprocess of the candidate's Python (or a fork of a warm zygote), in the job's
+sandbox (``jobbox.py``, ``jail.py``) with a timeout, with the allowlist's environment
+(``allowlist.py``) and a private copy of ``runner/inside`` and of core's standard-library part
+(the subject declarations) on its path and nothing else of the runner; it hands back one JSON
+document, read here as untrusted input.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.wire import Stage
-from runner import envs, sandbox
+from runner import allowlist, envs, sandbox
 from runner.inside import documents
+from runner.jobbox import JobBox
 
 if TYPE_CHECKING:
     from runner.zygotes import Zygote
@@ -32,24 +35,15 @@ STAGE_MODULES = {
     Stage.determinism: "runner.inside.determinism",
     Stage.refusal: "runner.inside.refusal",
 }
+MAX_DOC_BYTES = 64 << 20  # a stage's document; far above any real one
 
-
-# Where the CuTe DSL keeps its kernels is the runner's decision (the compile cache, keyed per
-# build, set inside the determinism stage). Inherited from the runner's own environment, these
-# would point a sandboxed candidate at a directory it may not write, and the frontend's
-# flex-attention module, which creates its cache directory on import, would fail to import.
+# What the determinism stage sets for itself (``runner/inside/subjects/base.py``: where the CuTe
+# DSL keeps its kernels, the compile cache the runner prepared); never the runner's to pass.
 RUNNER_OWNED_ENV = (
     "CUTE_DSL_CACHE_DIR",
     "FLEX_ATTENTION_CUTE_DSL_CACHE_DIR",
     "FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED",
 )
-
-
-def candidate_environ(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment of a stage in the candidate's environment: ``base`` less the runner's own."""
-    env = {k: v for k, v in base.items() if k not in RUNNER_OWNED_ENV}
-    env.update(extra)
-    return env
 
 
 def private_source(work_dir: Path) -> Path:
@@ -72,71 +66,84 @@ def run_stage(
     stage: Stage,
     params: dict[str, Any],
     *,
-    work: Path,
+    job: JobBox,
     src: Path,
     python: Path,
     zygote: Zygote | None,
     timeout_s: float,
     cancel: threading.Event | None,
+    rw: tuple[Path, ...] = (),
+    ro: tuple[Path, ...] = (),
 ) -> tuple[sandbox.Outcome, Path]:
-    """Run ``stage`` on ``params`` in the candidate's environment: (its outcome, its document's
-    path). ``zygote``, where one may serve, forks it warm; otherwise a fresh interpreter."""
-    params_path = work / f"{stage}.params.json"
-    out_path = work / f"{stage}.result.json"
+    """Run ``stage`` on ``params`` in the candidate's environment, in the job's sandbox: (its
+    outcome, its document's path). ``zygote``, where one may serve, forks it warm; otherwise a
+    fresh interpreter. ``rw``: what else the stage writes (its compile-cache directory)."""
+    params_path = job.work / "params" / f"{stage}.json"
+    out_path = job.own / f"{stage}.result.json"
     params_path.write_text(json.dumps(params, default=str))
     out_path.unlink(missing_ok=True)
-    home = work / "home"  # HOME and TMPDIR of the candidate: its own, writable by it
-    for path in (work, home):
-        path.mkdir(parents=True, exist_ok=True)
-        sandbox.hand_over(path)
-    sandbox.make_reachable(python)  # an environment outside the work dir, too
-    if extra := os.environ.get(subjects.EXTRA_SUBJECTS_ENV):  # a registry extension, too
-        sandbox.make_reachable(Path(extra))
-    if (torch := envs.host_torch()) is not None:  # and the host's torch it reuses
-        sandbox.make_reachable(torch.site_dir)
-    env = candidate_environ(
-        dict(os.environ),
-        PYTHONPATH=str(src),
-        PYTHONDONTWRITEBYTECODE="1",
-        HOME=str(home),
-        TMPDIR=str(home),
-    )
-    if stage == Stage.probe:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the probe is CPU only, by contract
+    env = stage_environ(stage, job.home, python, src)
     argv = ["--in", str(params_path), "--out", str(out_path)]
-    log_path = work / "logs" / f"{stage}.log"
+    log_path = job.work / "logs" / f"{stage}.log"
     outcome = None
     if zygote is not None:
         outcome = zygote.run(
             module=STAGE_MODULES[stage],
-            argv=argv,
+            params=params_path,
             env=env,
-            cwd=work,
-            sites=[envs.CandidateEnv(python.parent.parent).site_packages()],
-            python=python,
+            site=envs.CandidateEnv(python.parent.parent).site_packages(),
             log_path=log_path,
+            out_path=out_path,
             timeout_s=timeout_s,
             cancel=cancel,
         )
     if outcome is None:
-        outcome = sandbox.run(
-            [str(python), "-m", STAGE_MODULES[stage], *argv],
-            timeout_s=timeout_s,
-            log_path=log_path,
-            env=env,
-            cwd=work,
-            cancel=cancel,
-            isolate=True,
-        )
+        extra = (Path(x),) if (x := os.environ.get(subjects.EXTRA_SUBJECTS_ENV)) else ()
+        with job.writing(*rw):
+            outcome = sandbox.run(
+                [str(python), "-m", STAGE_MODULES[stage], *argv],
+                timeout_s=timeout_s,
+                log_path=log_path,
+                env=env,
+                cancel=cancel,
+                box=job.box(*rw, ro=(*ro, *(p.parent for p in extra))),
+            )
     return outcome, out_path
+
+
+def stage_environ(stage: Stage, home: Path, python: Path, src: Path) -> dict[str, str]:
+    """The whole environment of a stage: the allowlist's, the probe without a GPU."""
+    chosen = {"CUDA_VISIBLE_DEVICES": ""} if stage == Stage.probe else {}
+    return allowlist.candidate_environ(
+        "stage", home=home, path=[python.parent], pythonpath=src, chosen=chosen
+    )
+
+
+def read_untrusted(path: Path, limit: int = MAX_DOC_BYTES) -> bytes | str:
+    """A file the candidate wrote, in a directory it owned: its bytes, or why it is refused.
+    Opened without following a link, a regular file only, read only as far as ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return "not a regular file"
+        raw = fh.read(limit + 1)
+    return raw if len(raw) <= limit else f"larger than {limit} bytes"
 
 
 def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
     """The stage's document and "", or {} and why it is refused: it is the candidate's output."""
+    raw = read_untrusted(path)
+    if isinstance(raw, str):
+        return {}, raw
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return {}, f"not JSON ({exc})"
+    if not isinstance(doc, dict):
+        return {}, "not a JSON object"
     found = documents.problems(stage.value, doc)
     if found:
         return {}, "; ".join(found)

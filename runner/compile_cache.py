@@ -7,11 +7,13 @@ under its whole-candidate key; only a build the service calls trusted (a commit 
 repository built by fe-ci's own builder) publishes under the source key, which every build may
 read: a develop commit that leaves the kernels alone compiles nothing, and no upload can poison
 another build's kernels. Entries are files under ``<root>/published/<key>/``, owned by
-the runner and read-only. A determinism stage gets a fresh directory of its own, writable by it,
-holding hard links to its key's published entries (the inode stays the runner's, mode 0444, so
-the candidate can read them and cannot write them); after the stage, the runner copies the files
-the candidate added, and only those, into the key's directory. An entry that exists is never
-replaced. ``docs/determinism.md`` says why one build's kernels cannot serve another's.
+the runner and read-only. A determinism stage gets a fresh directory of its own, whose folders
+the job's uid may add to for the stage's duration (``jobbox.JobBox.writing``), holding hard links
+to its key's published entries (the inode stays the runner's, mode 0444, so the candidate can read
+them and cannot write them); once the stage's sandbox is gone and the directory is the runner's
+again, the runner copies the files the candidate added, and only those, into the key's
+directory. An entry that exists is never replaced. ``docs/determinism.md`` says why one build's
+kernels cannot serve another's.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.subjects import SUBJECTS
-from runner import sandbox
 
 log = logging.getLogger("fe_ci.compile_cache")
 
@@ -249,7 +250,6 @@ class Store:
         if stage_dir.exists():
             shutil.rmtree(stage_dir)
         stage_dir.mkdir(parents=True)
-        sandbox.hand_over(stage_dir)
         return self.link(key, stage_dir)
 
     def link(self, key: str, stage_dir: Path) -> int:
@@ -257,13 +257,11 @@ class Store:
         (the source key's, after the whole candidate's): the number linked."""
         src = self.published(key)
         linked = 0
-        dirs = []
         for here, subdirs, files in os.walk(src) if src.is_dir() else ():
             rel = Path(here).relative_to(src)
             for name in subdirs:
                 if not (stage_dir / rel / name).is_dir():
                     (stage_dir / rel / name).mkdir()
-                    dirs.append(stage_dir / rel / name)
             for name in files:
                 target = stage_dir / rel / name
                 if name.startswith(".new-") or target.exists():  # a copy cut short: no entry
@@ -274,8 +272,6 @@ class Store:
                     shutil.copy2(Path(here) / name, target)
                     os.chmod(target, 0o444)
                 linked += 1
-        for d in dirs:  # the candidate may add files anywhere in its own tree
-            sandbox.hand_over(d)
         return linked
 
     @staticmethod

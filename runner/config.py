@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from runner import redact, uids
+
 
 def _labels(value: object) -> object:
     """``arch=sm_90,builder=1`` -> {"arch": "sm_90", "builder": "1"}."""
@@ -50,8 +52,26 @@ class RunnerSettings(BaseSettings):
     retry_max_s: float = Field(default=30.0, gt=0)
     # keep warm parents (torch and the dependency layer imported) for the CPU stages
     warm_workers: bool = True
+    # the uids candidates run as (one per job, one per warm parent), where the runner is root;
+    # runners sharing a host share the range through host-wide locks (``runner/uids.py``)
+    sandbox_uid_base: int = Field(default=200_000, ge=1000, lt=2**31)
+    sandbox_uid_span: int = Field(default=10_000, ge=16, le=1_000_000)
 
     _split = field_validator("runner_labels", mode="before")(_labels)
+
+    def uid_range(self) -> uids.UidRange:
+        return uids.UidRange.default(self.sandbox_uid_base, self.sandbox_uid_span)
+
+    def private_dirs(self) -> tuple[Path, ...]:
+        """What no candidate sees: the local service's data directory (its database, its tokens
+        file) and the runner's cache (each job, warm parent and compile-cache stage is shown
+        its own part again)."""
+        return (Path(self.data_dir).resolve(), Path(self.cache_dir).resolve())
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret value this runner holds (``runner/redact.py``)."""
+        saved = redact.tokens_file_values(self.data_dir / "tokens.env")
+        return redact.runner_secrets(extra=[self.runner_token, self.submit_token, *saved])
 
     def token(self, name: str) -> str | None:
         """A token from the environment, else from the local service's generated tokens file."""

@@ -17,11 +17,16 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner import layers, sandbox
+
+if TYPE_CHECKING:
+    from runner.jobbox import JobBox
 
 CUTEDSL_EXTRA = "cutedsl"
 HOST_TORCH_PTH = "_fe_ci_host_torch.pth"
@@ -157,12 +162,15 @@ def install_candidate(
     env: CandidateEnv,
     wheel: Path,
     *,
+    job: JobBox,
     log_path: Path,
     timeout_s: float,
     index_url: str | None = None,
     wheelhouse: Path | None = None,
 ) -> sandbox.Outcome:
-    """Install the candidate with its declared dependencies; torch pinned to the host's."""
+    """Install the candidate with its declared dependencies; torch pinned to the host's. The
+    installer may run a dependency's setup code: it runs in the job's sandbox, as the job's uid,
+    with the package index its only way out."""
     meta = read_wheel_metadata(wheel)
     extras = install_extras(meta)
     target = f"{wheel.resolve()}[{','.join(extras)}]" if extras else str(wheel.resolve())
@@ -174,9 +182,31 @@ def install_candidate(
     cmd = pip_install_command(
         env, target, constraints=constraints, index_url=index_url, wheelhouse=wheelhouse
     )
-    child_env = dict(os.environ)
-    child_env.pop("PYTHONPATH", None)
-    return sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=child_env, isolate=False)
+    return run_installer(job, env, cmd, log_path, timeout_s, reads=(wheel, wheelhouse))
+
+
+def run_installer(
+    job: JobBox,
+    env: CandidateEnv,
+    cmd: list[str],
+    log_path: Path,
+    timeout_s: float,
+    *,
+    reads: tuple[Path | None, ...] = (),
+    cancel: threading.Event | None = None,
+) -> sandbox.Outcome:
+    """``cmd``, an installer filling ``env``, in the job's sandbox with the network; ``reads``
+    (a wheel, a wheelhouse, a layer) shown read-only."""
+    shown = tuple(p.resolve().parent if p.is_file() else p.resolve() for p in reads if p)
+    with job.writing(env.root):
+        return sandbox.run(
+            cmd,
+            timeout_s=timeout_s,
+            log_path=log_path,
+            env=job.environ("install", env.python.parent),
+            cancel=cancel,
+            box=job.box(env.root, network=True, ro=shown),
+        )
 
 
 # ---------------------------------------------------------------------------- installers
@@ -244,9 +274,3 @@ def install_command(
     if overrides is not None:
         cmd += ["--override", str(overrides)]
     return [*cmd, *_source_args(index_url, wheelhouse), *targets]
-
-
-def installer_env() -> dict[str, str]:
-    child = dict(os.environ)
-    child.pop("PYTHONPATH", None)
-    return child

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.wire import Stage, StageResult, Status
 from runner import envs, layers, warm_install
+from runner.jobbox import JobBox
 from runner.pipeline_options import Options
 from runner.stage_results import failed_stage
 
@@ -46,9 +47,9 @@ def _installed(what: str, duration: float, how: str, version: str) -> StageResul
     )
 
 
-def install(opts: Options, wheel: Path | None, python: Path) -> Installed:
-    """Install ``wheel`` under ``opts.work_dir``; ``python`` is the candidate's interpreter until
-    then (a preinstalled candidate keeps it)."""
+def install(opts: Options, wheel: Path | None, python: Path, job: JobBox) -> Installed:
+    """Install ``wheel`` under ``opts.work_dir``, in ``job``'s sandbox; ``python`` is the
+    candidate's interpreter until then (a preinstalled candidate keeps it)."""
     if opts.preinstalled:
         return Installed(
             StageResult(
@@ -72,7 +73,7 @@ def install(opts: Options, wheel: Path | None, python: Path) -> Installed:
     venv = f"venv {time.monotonic() - start:.2f} s"
     note = ""
     if opts.layers_dir is not None:
-        warm, layer, note = _install_warm(opts, env, wheel)
+        warm, layer, note = _install_warm(opts, env, wheel, job)
         if warm is not None:
             duration = time.monotonic() - start
             return Installed(
@@ -82,6 +83,7 @@ def install(opts: Options, wheel: Path | None, python: Path) -> Installed:
     outcome = envs.install_candidate(
         env,
         wheel,
+        job=job,
         log_path=log_path,
         timeout_s=opts.install_timeout_s,
         index_url=opts.index_url,
@@ -105,7 +107,7 @@ def install(opts: Options, wheel: Path | None, python: Path) -> Installed:
 
 
 def _install_warm(
-    opts: Options, env: envs.CandidateEnv, wheel: Path
+    opts: Options, env: envs.CandidateEnv, wheel: Path, job: JobBox
 ) -> tuple[str | None, layers.Layer | None, str]:
     """(how the warm path installed, None when it could not; the layer it used; why it could
     not)."""
@@ -114,6 +116,7 @@ def _install_warm(
         warm = warm_install.install_warm(
             env,
             wheel,
+            job=job,
             layers_dir=opts.layers_dir,
             log_path=opts.work_dir / "logs" / "install-warm.log",
             timeout_s=opts.install_timeout_s,

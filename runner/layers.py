@@ -21,7 +21,6 @@ import platform
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from runner import sandbox
+from runner import allowlist, jail, sandbox
 
 FRONTEND = "nvidia-cudnn-frontend"
 LAYER_FORMAT = 2  # 2: layers hold bytecode
@@ -202,26 +201,29 @@ def _satisfies(spec: SpecifierSet, version: str) -> bool:
         return True  # a legacy version string: nothing reliable to compare
 
 
-def env_paths(python: Path) -> list[str]:
-    out = subprocess.run(
-        [str(python), "-c", "import sys; print('\\n'.join(sys.path))"],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
+def env_paths(python: Path, box: jail.Box | None = None) -> list[str]:
+    """``sys.path`` of ``python``'s environment. Its ``.pth`` files run: an environment holding a
+    candidate (or what its requirements pulled in) is asked in the job's ``box``."""
+    cmd = [str(python), "-c", "import sys; print('\\n'.join(sys.path))"]
+    env = allowlist.candidate_environ("install", home=Path(box.cwd or "/") if box else Path("/"))
+    out = sandbox.capture(cmd, env=env, box=box, timeout_s=120)
+    if out.returncode != 0:
+        raise LayerError(f"{python} could not list its path: {out.stderr.strip()[-300:]}")
     return [p for p in out.stdout.splitlines() if p]
 
 
 def check_env(
-    python: Path, owners: list[tuple[str, list[str], set[str]]], also: list[str]
+    python: Path,
+    owners: list[tuple[str, list[str], set[str]]],
+    also: list[str],
+    box: jail.Box | None = None,
 ) -> list[str]:
     """Unmet requirements in the environment of ``python``.
 
     ``owners`` are (name, Requires-Dist lines, extras) checked as given; ``also`` names visible
     distributions (the layer's, torch) whose own requirements must hold too.
     """
-    visible = visible_versions(env_paths(python))
+    visible = visible_versions(env_paths(python, box))
     checks = list(owners)
     for name in also:
         have = visible.get(canonicalize_name(name))
@@ -306,7 +308,7 @@ def usable(root: Path, spec: LayerSpec) -> Layer | None:
 
 def attach(env_site: Path, layer: Layer) -> None:
     """Make a job's venv see the layer (with the layer's own ``.pth`` files processed)."""
-    sandbox.make_reachable(layer.site_packages)
+    jail.make_reachable(layer.site_packages)
     (env_site / LAYER_PTH).write_text(
         f"import site; site.addsitedir({str(layer.site_packages)!r})\n"
     )

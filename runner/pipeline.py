@@ -10,6 +10,7 @@ starts it). What a run is asked to do is ``pipeline_options.py``; what it hands 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core import regression
+from core import regression, subjects
 from core.subjects import SUBJECTS
 from core.wire import (
     STAGE_ORDER,
@@ -28,9 +29,19 @@ from core.wire import (
     StageResult,
     Status,
 )
-from runner import candidate, compile_cache, envs, install_stage, layers, ledger, sandbox
+from runner import (
+    candidate,
+    compile_cache,
+    envs,
+    install_stage,
+    jobbox,
+    layers,
+    ledger,
+    redact,
+    sandbox,
+)
 from runner.pipeline_options import Options
-from runner.stage_results import Result, accepted, failed_stage, stage_from_doc
+from runner.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
 
 if TYPE_CHECKING:
     from runner.zygotes import Zygote
@@ -63,10 +74,36 @@ class Pipeline:
         self._src: Path | None = None
         self._extra: dict[str, Any] = {}
         self._layer: layers.Layer | None = None  # the env is exactly this layer + the candidate
+        self._job: jobbox.JobBox | None = None
+        self._held = contextlib.ExitStack()  # the job's uid, while the run lasts
 
     # ------------------------------------------------------------------ plumbing
 
+    def job(self) -> jobbox.JobBox:
+        """The job's directory and uid (taken from the runner's range on first use)."""
+        if self._job is None:
+            uid = self._held.enter_context(self.opts.uids.lease())
+            self._job = jobbox.JobBox(self.opts.work_dir, uid, hidden=self.opts.private)
+            self._job.prepare()
+        return self._job
+
+    def close(self) -> None:
+        """Give the job's uid back: every process still running as it is killed."""
+        self._held.close()
+        self._job = None
+
+    def _reads(self) -> tuple[Path, ...]:
+        """What a stage reads outside the job's directory: the layer, a registry extension, an
+        interpreter of the user's (``--preinstalled``)."""
+        out = [self._layer.root] if self._layer is not None else []
+        if extra := os.environ.get(subjects.EXTRA_SUBJECTS_ENV):
+            out.append(Path(extra).resolve().parent)
+        if self.opts.preinstalled:
+            out += [*jobbox.interpreter_dirs(self.python), *self._candidate_sites()]
+        return tuple(out)
+
     def _emit(self, result: StageResult) -> None:
+        result = redacted(result, self.opts.secrets)  # nothing of a runner secret leaves
         self.result.stages.append(result)
         self.reporter.finished(result)
 
@@ -75,25 +112,38 @@ class Pipeline:
             self.reporter.started(stage)
             self._emit(StageResult(name=stage, status=status, reason=reason))
 
-    def run_inside(self, stage: Stage, params: dict[str, Any]) -> StageResult:
-        work = self.opts.work_dir
+    def run_inside(
+        self, stage: Stage, params: dict[str, Any], rw: tuple[Path, ...] = ()
+    ) -> StageResult:
+        job = self.job()
         if self._src is None:
-            self._src = candidate.private_source(work)
+            self._src = candidate.private_source(job.work)
         outcome, out_path = candidate.run_stage(
             stage,
             params,
-            work=work,
+            job=job,
             src=self._src,
             python=self.python,
             zygote=self._zygote(stage),
             timeout_s=self.opts.stage_timeout_s,
             cancel=self.cancel,
+            rw=rw,
+            ro=self._reads(),
         )
+        secrets = self.opts.secrets
         if not outcome.ok or not out_path.is_file():
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
-            return failed_stage(stage, outcome)
+            return redacted(failed_stage(stage, outcome), secrets)
         doc, why = candidate.read_doc(stage, out_path)
+        doc = redact.redact(doc, secrets)
+        outcome = sandbox.Outcome(
+            outcome.status,
+            outcome.returncode,
+            outcome.signal,
+            outcome.duration_s,
+            redact.redact_text(outcome.log_tail, secrets),
+        )
         result = why or accepted(stage, doc, outcome.duration_s)
         if isinstance(result, str):
             return StageResult(
@@ -116,12 +166,12 @@ class Pipeline:
             return None
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
-        return o.zygotes.get(self._layer, candidate.candidate_environ(dict(os.environ)))
+        return o.zygotes.get(self._layer)
 
     # ------------------------------------------------------------------ stages
 
     def install(self, wheel: Path | None) -> StageResult:
-        done = install_stage.install(self.opts, wheel, self.python)
+        done = install_stage.install(self.opts, wheel, self.python, self.job())
         self.python, self._layer = done.python, done.layer
         return done.result
 
@@ -173,10 +223,9 @@ class Pipeline:
         cache = compile_cache.open_stage(
             o.compile_cache_dir, sites, family=o.family, gpu=o.gpu, trusted=o.trusted_source
         )
-        if cache is None:
-            cache = compile_cache.StageCache(dir=o.work_dir / "compile-cache")  # throwaway
+        if cache is None:  # in the job's directory: throwaway
+            cache = compile_cache.StageCache(dir=self.job().work / "compile-cache")
             cache.dir.mkdir(parents=True, exist_ok=True)
-            sandbox.hand_over(cache.dir)
         return cache
 
     def determinism(self) -> tuple[StageResult, StageResult]:
@@ -200,7 +249,9 @@ class Pipeline:
             "compile_cache_source_key": cache.source_key,
             "launched_at": time.time(),  # the stage's timings["stage"]["ready_s"] counts from it
         }
-        result = self.run_inside(Stage.determinism, params)
+        # written by the job's uid during the stage only, taken back before anything is published:
+        # no process of the stage is left to add a file (``jobbox.JobBox.writing``)
+        result = self.run_inside(Stage.determinism, params, rw=(cache.dir,))
         if words := cache.finish():
             result.reason += f"; {words}"
         doc = self._extra.get(Stage.determinism, {})
@@ -238,6 +289,12 @@ class Pipeline:
 
     def run(self, wheel: Path | None) -> Result:
         """Run the selected stages in order; what is not selected is reported ``skipped``."""
+        try:
+            return self._run(wheel)
+        finally:
+            self.close()
+
+    def _run(self, wheel: Path | None) -> Result:
         o = self.opts
         o.work_dir.mkdir(parents=True, exist_ok=True)
         self.result.environment = Environment(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.wire import Capability, ComparisonPoint, RememberedConfig, Stage
+from runner import redact, uids
 from runner.config import RunnerSettings
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ class Options:
     # validate: yes (a stage --stages left out, a subject --subjects left out, is said so); a
     # service job: its stage list is the job
     report_unselected: bool = True
+    # the uids the job's candidate runs as; the runner's directories no candidate may see; the
+    # values taken out of everything a candidate wrote before it leaves the runner
+    uids: uids.UidRange = field(default_factory=uids.UidRange.default)
+    private: tuple[Path, ...] = ()
+    secrets: tuple[str, ...] = field(default_factory=redact.runner_secrets)
 
     @classmethod
     def from_settings(
@@ -72,5 +78,8 @@ class Options:
             control_share=s.control_share,
             compile_cache_dir=Path(s.cache_dir) / "compile-cache",
             layers_dir=Path(s.cache_dir) / "layers",
+            uids=s.uid_range(),
+            private=s.private_dirs(),
+            secrets=s.secrets(),
             **run,
         )

@@ -1,5 +1,8 @@
 """Run one stage as a child process in its own process group, with a timeout and a log.
 
+A candidate's processes run in the sandbox ``jail.py`` builds (``box``), so that nothing of them
+outlives the stage.
+
 A hang is killed (SIGTERM to the whole group, a grace period, then SIGKILL) and reported as
 ``timeout``; death by a signal is ``crashed`` with the log's tail. Cancellation works the same way
 through ``cancel``, an Event the caller may set from another thread.
@@ -7,18 +10,16 @@ through ``cancel``, an Event the caller may set from another thread.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import shutil
 import signal
-import stat
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner import jail
 
 log = logging.getLogger("fe_ci.sandbox")
 
@@ -86,20 +87,27 @@ def run(
     cwd: Path | None = None,
     cancel: threading.Event | None = None,
     grace_s: float = GRACE_S,
-    isolate: bool = False,
+    box: jail.Box | None = None,
 ) -> Outcome:
-    """Run ``cmd`` to completion, timeout or cancellation; stdout and stderr go to ``log_path``."""
-    if isolate:
-        cmd = [*isolation_prefix(), *cmd]
+    """Run ``cmd`` to completion, timeout or cancellation; stdout and stderr go to ``log_path``.
+
+    With ``box``, in the sandbox (``jail.py``): ``env`` is then the whole environment the command
+    gets, and every process it starts ends with it where the host gives it a pid namespace.
+    """
+    mech = jail.mechanism() if box is not None else None
+    launch = jail.Launch(cmd, dict(os.environ) if env is None else env)
+    if mech is not None and box is not None:
+        launch = mech.wrap(cmd, launch.env, box)
+        cwd = box.cwd or cwd
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            cmd,
+            launch.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=launch.env,
             cwd=cwd,
             start_new_session=True,
         )
@@ -123,89 +131,36 @@ def run(
             pass
     duration = time.monotonic() - start
     rc = proc.returncode
+    if mech is not None and mech.namespaces and rc is not None and 128 < rc <= 128 + 64:
+        rc = 128 - rc  # the namespace's init reports a signal N as 128 + N
     sig = -rc if rc is not None and rc < 0 else None
     if status is None:
         status = "ok" if rc == 0 else ("crashed" if sig is not None else "failed")
     return Outcome(status, rc, sig, duration, tail(log_path))
 
 
-UNPRIVILEGED_UID = 65534  # nobody
-
-
-def _works(cmd: list[str]) -> bool:
-    try:
-        return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@functools.cache
-def _mechanisms() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(command prefix, names) of the isolation this host allows, found by trying it once.
-
-    ``netns``: a fresh network namespace (``unshare --net``; needs root or CAP_SYS_ADMIN): no
-    interface but a downed loopback, so no socket reaches anything, 127.0.0.1 included.
-    ``uid``: when the runner is root, the candidate runs as ``nobody`` with no groups and
-    no_new_privs (``setpriv``), provided that user can run this interpreter.
-    """
-    if os.environ.get("FE_CI_SANDBOX", "auto") == "none":
-        return (), ()
-    prefix: list[str] = []
-    names: list[str] = []
-    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    if unshare and _works([unshare, "--net", "--", "true"]):
-        prefix += [unshare, "--net", "--"]
-        names.append("netns")
-    if setpriv and os.geteuid() == 0:
-        drop = [
-            setpriv,
-            f"--reuid={UNPRIVILEGED_UID}",
-            f"--regid={UNPRIVILEGED_UID}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--",
-        ]
-        if _works([*drop, sys.executable, "-c", "pass"]):
-            prefix += drop
-            names.append("uid")
-    return tuple(prefix), tuple(names)
-
-
-def isolation_prefix() -> list[str]:
-    return list(_mechanisms()[0])
-
-
-def drops_privileges() -> bool:
-    return "uid" in _mechanisms()[1]
-
-
 def isolation() -> str:
     """The isolation applied to candidate processes, stated honestly for the report."""
-    names = _mechanisms()[1]
-    return ",".join(names) if names else "none"
+    return jail.mechanism().describe()
 
 
-def hand_over(path: Path) -> None:
-    """Let the unprivileged candidate write under ``path`` (its results, its compile cache)."""
-    if not drops_privileges():
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-    make_reachable(path)
-
-
-def make_reachable(path: Path) -> None:
-    """Grant search (``o+x``, never listing) on each ancestor of ``path`` that withholds it.
-
-    A job directory under a private parent (``/tmp/pytest-of-root`` is 0700, so is a root
-    home) would leave the unprivileged candidate unable to reach its own environment, and it
-    would fail with a misleading ``No module named ...``.
-    """
-    if not drops_privileges():
-        return
-    for parent in Path(os.path.abspath(path)).parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            os.chmod(parent, stat.S_IMODE(mode) | stat.S_IXOTH)
-            log.info("granted search permission on %s so the sandboxed candidate can reach %s",
-                     parent, path)  # fmt: skip
+def capture(
+    cmd: list[str], *, env: dict[str, str], box: jail.Box | None, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``cmd``'s output (in ``box`` when given): for a short question asked of a candidate's
+    environment, whose answer the runner needs."""
+    launch = jail.Launch(cmd, env)
+    if box is not None:
+        launch = jail.mechanism().wrap(cmd, env, box)
+    try:
+        return subprocess.run(
+            launch.argv,
+            env=launch.env,
+            cwd=box.cwd if box is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(launch.argv, -9, "", f"no answer in {timeout_s:.0f} s")

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.wire import LOG_MAX_CHARS, Capability, Environment, Finding, Stage, StageResult, Status
-from runner import sandbox
+from runner import redact, sandbox
 
 
 @dataclass
@@ -99,3 +99,10 @@ def stage_log(work_dir: Path, stage: Stage, limit: int = LOG_MAX_CHARS) -> str |
         return text
     note = f"[the first {total - limit} bytes of this log are left out]\n"
     return note + text[-(limit - len(note)) :]
+
+
+def redacted(result: StageResult, secrets: tuple[str, ...]) -> StageResult:
+    """``result`` with every runner secret taken out of every string it holds."""
+    if not secrets:
+        return result
+    return StageResult.model_validate(redact.redact(result.model_dump(mode="json"), secrets))

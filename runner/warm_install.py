@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import envs, layers, sandbox
+from runner import envs, jobbox, layers, sandbox
+from runner.jobbox import JobBox
 
 
 def ensure_layer(
@@ -25,8 +27,10 @@ def ensure_layer(
     index_url: str | None = None,
     wheelhouse: Path | None = None,
     installer: str | None = None,
+    job: JobBox | None = None,
 ) -> layers.Layer | None:
-    """The dependency layer of ``meta``'s resolved dependency set: reused, or built once.
+    """The dependency layer of ``meta``'s resolved dependency set: reused, or built once (by the
+    installer in ``job``'s sandbox; without a job, in one of its own).
 
     None when the candidate declares nothing to install. Raises ``LayerError`` (with the
     resolver's message) when the layer cannot be built, or must not be used.
@@ -50,7 +54,13 @@ def ensure_layer(
         found = layers.usable(root, spec)  # another runner built it while we waited
         if found is not None:
             return found
-        return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch)
+        if job is not None:
+            return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch, job)
+        with jobbox.temporary(layers_dir / f".job-{spec.key}-{os.getpid()}") as own:
+            try:
+                return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch, own)
+            finally:
+                shutil.rmtree(own.work, ignore_errors=True)
 
 
 def _build_layer(
@@ -60,6 +70,7 @@ def _build_layer(
     index_url: str | None,
     wheelhouse: Path | None,
     torch: envs.HostTorch | None,
+    job: JobBox,
 ) -> layers.Layer:
     start = time.monotonic()
     for stale in root.parent.glob(f".build-{spec.key}-*"):  # a runner that died mid-build
@@ -86,8 +97,10 @@ def _build_layer(
             wheelhouse=wheelhouse,
             compile_bytecode=True,
         )
-        outcome = sandbox.run(
-            cmd, timeout_s=timeout_s, log_path=tmp / "install.log", env=envs.installer_env()
+        # the installer writes the layer as the job's uid; taken back (the runner's, read-only)
+        # before anything reads it
+        outcome = envs.run_installer(
+            job, env, cmd, tmp / "install.log", timeout_s, reads=(tmp, wheelhouse)
         )
         if not outcome.ok:
             raise layers.LayerError(
@@ -101,7 +114,10 @@ def _build_layer(
         if "torch" in dists:
             raise layers.LayerError("the layer would contain a torch of its own")
         problems = layers.check_env(
-            env.python, [("the candidate", list(spec.requirements), set())], [*dists, "torch"]
+            env.python,
+            [("the candidate", list(spec.requirements), set())],
+            [*dists, "torch"],
+            box=job.box(ro=(tmp,)),
         )
         if problems:
             raise layers.LayerError("dependency conflict: " + "; ".join(problems[:5]))
@@ -130,6 +146,7 @@ def install_warm(
     env: envs.CandidateEnv,
     wheel: Path,
     *,
+    job: JobBox,
     layers_dir: Path,
     log_path: Path,
     timeout_s: float,
@@ -149,14 +166,17 @@ def install_warm(
         index_url=index_url,
         wheelhouse=wheelhouse,
         installer=installer,
+        job=job,
     )
     if layer is not None:
         layers.attach(env.site_packages(), layer)
     cmd = envs.install_command(installer, env, [str(wheel.resolve())], no_deps=True)
-    outcome = sandbox.run(cmd, timeout_s=timeout_s, log_path=log_path, env=envs.installer_env())
+    shown = (wheel, layer.root if layer else None)
+    outcome = envs.run_installer(job, env, cmd, log_path, timeout_s, reads=shown)
     problems: list[str] = []
-    if outcome.ok:
+    if outcome.ok:  # asked of the candidate's environment, so in its sandbox (its .pth files run)
         also = [*(layers.layer_dists(layer.site_packages) if layer else []), "torch"]
         owner = (f"{meta.name} {meta.version}", list(meta.requires), set(envs.install_extras(meta)))
-        problems = layers.check_env(env.python, [owner], also)
+        box = job.box(ro=(layer.root,) if layer else ())
+        problems = layers.check_env(env.python, [owner], also, box=box)
     return WarmInstall(outcome=outcome, layer=layer, installer=installer, problems=problems)

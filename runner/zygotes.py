@@ -1,9 +1,17 @@
 """Warm parents for the CPU stages of a long-running runner (``runner/inside/zygote.py``).
 
-A zygote belongs to one dependency layer: it runs, sandboxed like any stage, in an environment
-holding that layer and the host's torch but no candidate, with torch and the layer's heavy
-modules already imported. A stage of a job whose environment is that layer plus its candidate is
-then a fork instead of a fresh interpreter: the probe of a warm build costs its own imports only.
+A zygote belongs to one dependency layer: it runs, sandboxed like any stage (``jail.py``, as a
+uid of its own from the runner's range), in an environment holding that layer and the host's torch
+but no candidate, with torch and the layer's heavy modules already imported. A stage of a job
+whose environment is that layer plus its candidate is then a fork instead of a fresh interpreter:
+the probe of a warm build costs its own imports only.
+
+Each stage gets a room of its own under the zygote's directory, made by the runner: its
+parameters, a HOME and a folder for its document; the job's installed candidate is linked in
+beside it (hard links to the job's files, which the runner owns, made once per job). The stage runs
+in namespaces of its own (a pid namespace whose end is every process's it started, a fresh /tmp),
+and the room is removed after it. A
+zygote that cannot give a stage its own namespaces serves none.
 
 The stage keeps the contract of ``sandbox.run``: its own process group, the timeout and the
 cancellation (SIGTERM, a grace period, SIGKILL), its log, an ``Outcome``. Anything wrong with the
@@ -13,6 +21,7 @@ and the caller starts the stage the ordinary way.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,9 +36,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from runner import candidate, envs, layers, sandbox
+from runner import allowlist, candidate, envs, jail, jobbox, layers, sandbox, uids
 from runner.inside.zygote import unix_address
 
 log = logging.getLogger("fe_ci.zygote")
@@ -59,8 +68,12 @@ class Zygote:
     proc: subprocess.Popen[bytes]
     socket_path: Path
     python: Path
+    src: Path
+    uid: int | None = None
     preloaded: dict[str, str] = field(default_factory=dict)
     forks: int = 0  # stages it has run
+    site_seen: tuple[str, int, int] | None = None  # the job environment linked in last
+    release: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -77,34 +90,79 @@ class Zygote:
             pass
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        self.release.close()  # its uid: every process still running as it is killed
 
     def run(
         self,
         *,
         module: str,
-        argv: list[str],
+        params: Path,
         env: dict[str, str],
-        cwd: Path,
-        sites: list[Path],
-        python: Path,
+        site: Path,
         log_path: Path,
+        out_path: Path,
         timeout_s: float,
         cancel: threading.Event | None = None,
         grace_s: float = sandbox.GRACE_S,
     ) -> sandbox.Outcome | None:
-        """Run ``python -m module argv`` as a child of the zygote; None if the zygote failed."""
+        """Run ``python -m module --in PARAMS --out DOC`` as a child of the zygote, in a room of
+        its own with the candidate installed at ``site``; its document is copied to ``out_path``
+        (a file of the runner's). None if the zygote failed."""
+        start = time.monotonic()
+        room = self._room(params)
+        env = {**env, "HOME": str(room / "home"), "TMPDIR": str(room / "home")}
+        env["PYTHONPATH"] = str(self.src)  # the same code as the job's copy
         request = {
             "module": module,
-            "argv": argv,
+            "argv": ["--in", str(room / "in.json"), "--out", str(room / "out" / "doc.json")],
             "env": env,
-            "cwd": str(cwd),
-            "sites": [str(p) for p in sites],
-            "python": str(python),
+            "cwd": str(room / "home"),
+            "sites": [str(self._linked(site))],
+            "python": str(self.python),
         }
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        start = time.monotonic()
         try:
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            outcome = self._fork(request, log_path, start, timeout_s, cancel, grace_s)
+            if outcome is not None:
+                _copy_out(room / "out" / "doc.json", out_path)
+            return outcome
+        finally:
+            shutil.rmtree(room, ignore_errors=True)
+
+    def _linked(self, site: Path) -> Path:
+        """The job's installed candidate as the zygote sees it: hard links to the job's files (the
+        runner's, read-only), made once per job environment and kept for its next stage."""
+        info = site.stat()
+        seen = (str(site), info.st_ino, info.st_mtime_ns)
+        linked = self.root / "sites" / "current"
+        if self.site_seen != seen or not linked.is_dir():
+            shutil.rmtree(linked.parent, ignore_errors=True)
+            jobbox.link_tree(site, linked)
+            self.site_seen = seen
+        return linked
+
+    def _room(self, params: Path) -> Path:
+        """The stage's room: its parameters (the runner's), a HOME and a folder for its document
+        (the zygote uid's)."""
+        room = self.root / "rooms" / str(self.forks + 1)
+        shutil.rmtree(room, ignore_errors=True)
+        room.mkdir(mode=0o755)
+        shutil.copyfile(params, room / "in.json")
+        for own in ("home", "out"):
+            uids.hand_over(room / own, self.uid)
+        return room
+
+    def _fork(
+        self,
+        request: dict[str, Any],
+        log_path: Path,
+        start: float,
+        timeout_s: float,
+        cancel: threading.Event | None,
+        grace_s: float,
+    ) -> sandbox.Outcome | None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             conn.settimeout(PID_TIMEOUT_S)
             unix_address(conn, str(self.socket_path), bind=False)
         except OSError as exc:
@@ -113,18 +171,22 @@ class Zygote:
         with conn, open(log_path, "ab") as logf:
             try:
                 socket.send_fds(conn, [json.dumps(request).encode()], [logf.fileno()])
-                reader = conn.makefile("rb")
-                pid = int(json.loads(reader.readline())["pid"])
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
+                json.loads(msg)["pid"]
+                (stage,) = fds  # the stage's pidfd: its pid is the zygote's namespace's
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("event=zygote_failed key=%s error=%r", self.key, exc)
                 return None
             conn.settimeout(None)
             self.forks += 1
-            status, code = self._wait(conn, reader, pid, start, timeout_s, cancel, grace_s)
-        if code is None:  # the zygote went away with the stage: run it again the ordinary way
-            log.warning("event=zygote_lost key=%s pid=%s", self.key, pid)
-            _kill(pid, signal.SIGKILL)
-            return None
+            try:
+                status, code = self._wait(conn, stage, start, timeout_s, cancel, grace_s)
+                if code is None:  # the zygote went away with the stage: run it the ordinary way
+                    log.warning("event=zygote_lost key=%s", self.key)
+                    _kill(stage, signal.SIGKILL)
+                    return None
+            finally:
+                os.close(stage)
         sig = -code if code < 0 else None
         if status is None:
             status = "ok" if code == 0 else ("crashed" if sig is not None else "failed")
@@ -134,8 +196,7 @@ class Zygote:
     def _wait(
         self,
         conn: socket.socket,
-        reader: IO[bytes],
-        pid: int,
+        stage: int,
         start: float,
         timeout_s: float,
         cancel: threading.Event | None,
@@ -147,11 +208,10 @@ class Zygote:
         while True:
             ready, _, _ = select.select([conn], [], [], 0.2)
             if ready:
-                line = reader.readline()
-                if not line:
+                msg = conn.recv(4096)
+                if not msg:
                     return stopped, None
-                _kill(pid, signal.SIGKILL)  # whatever it left in its group goes with it
-                return stopped, int(json.loads(line)["status"])
+                return stopped, int(json.loads(msg)["status"])
             now = time.monotonic()
             if stopped is None:
                 if now - start > timeout_s:
@@ -159,18 +219,31 @@ class Zygote:
                 elif cancel is not None and cancel.is_set():
                     stopped = "cancelled"
                 if stopped is not None:
-                    _kill(pid, signal.SIGTERM)
+                    _kill(stage, signal.SIGTERM)
                     killed_at = now
             elif killed_at is not None and now - killed_at > grace_s:
-                _kill(pid, signal.SIGKILL)
+                _kill(stage, signal.SIGKILL)
                 killed_at = None
 
 
-def _kill(pgid: int, sig: int) -> None:
+def _kill(pidfd: int, sig: int) -> None:
+    """Signal the stage's first process; its namespace's init, and so every process of the
+    stage, ends with it."""
     try:
-        os.killpg(pgid, sig)
+        signal.pidfd_send_signal(pidfd, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _copy_out(doc: Path, out_path: Path) -> None:
+    """The stage's document (a file the zygote's uid wrote) into ``out_path``, a file of the
+    runner's; nothing when there is none to read."""
+    out_path.unlink(missing_ok=True)
+    data = candidate.read_untrusted(doc)
+    if isinstance(data, bytes):
+        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(out, "wb") as dst:
+            dst.write(data)
 
 
 class Zygotes:
@@ -180,21 +253,35 @@ class Zygotes:
     zygote dies with the thread that started it.
     """
 
-    def __init__(self, root: Path, *, limit: int = 2, preload: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        limit: int = 2,
+        preload: tuple[str, ...] = PRELOAD,
+        uid_range: uids.UidRange | None = None,
+        hidden: tuple[Path, ...] = (),
+    ) -> None:
         self.root = root
         self.limit = limit
         self.preload = preload
+        self.uid_range = uid_range or uids.UidRange.default()
+        self.hidden = hidden  # the runner's private directories
         self._live: dict[str, Zygote] = {}
+        self._refused: dict[str, str] = {}  # layers whose zygote could not isolate a stage
         self._lock = threading.Lock()
 
     def key(self, layer: layers.Layer) -> str:
         blob = f"{layer.spec.key}|{_source_digest()}|{sys.version}|{self.preload}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def get(self, layer: layers.Layer, environ: dict[str, str]) -> Zygote | None:
-        """The live zygote of ``layer``, started if needed; None if it cannot start."""
+    def get(self, layer: layers.Layer) -> Zygote | None:
+        """The live zygote of ``layer``, started if needed; None if it cannot start, or cannot
+        give a stage namespaces of its own."""
         key = self.key(layer)
         with self._lock:
+            if key in self._refused:
+                return None
             found = self._live.get(key)
             if found is not None and found.alive():
                 return found
@@ -203,9 +290,11 @@ class Zygotes:
                 found.stop()
                 del self._live[key]
             try:
-                started = self._start(key, layer, environ)
+                started = self._start(key, layer)
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 log.warning("event=zygote_start_failed key=%s error=%s", key, exc)
+                return None
+            if started is None:
                 return None
             self._live[key] = started
             while len(self._live) > self.limit:
@@ -213,7 +302,18 @@ class Zygotes:
                 self._live.pop(oldest).stop()
             return started
 
-    def _start(self, key: str, layer: layers.Layer, environ: dict[str, str]) -> Zygote:
+    def _start(self, key: str, layer: layers.Layer) -> Zygote | None:
+        release = contextlib.ExitStack()  # the zygote's uid, held for its life
+        uid = release.enter_context(self.uid_range.lease())
+        try:
+            return self._spawn(key, layer, uid, release)
+        except BaseException:
+            release.close()
+            raise
+
+    def _spawn(
+        self, key: str, layer: layers.Layer, uid: int | None, release: contextlib.ExitStack
+    ) -> Zygote | None:
         start = time.monotonic()
         root = self.root / key
         if root.exists():
@@ -222,33 +322,46 @@ class Zygotes:
         env = envs.create_env(root / "env")
         layers.attach(env.site_packages(), layer)
         src = candidate.private_source(root)  # the same copy a stage gets
-        home, sockets = root / "home", root / "sock"
-        for path in (home, sockets):
+        home, sockets, rooms = root / "home", root / "sock", root / "rooms"
+        for path in (home, rooms):  # the runner's: the zygote writes neither
             path.mkdir()
-            sandbox.hand_over(path)
-        sandbox.make_reachable(env.python)
-        if (torch := envs.host_torch()) is not None:
-            sandbox.make_reachable(torch.site_dir)
+        uids.hand_over(sockets, uid)
+        jail.make_reachable(rooms)
         socket_path = sockets / "zygote.sock"
-        child_env = dict(environ)
-        child_env.update(
-            PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1", HOME=str(home), TMPDIR=str(home)
+        mech = jail.mechanism()
+        box = jail.Box(
+            uid=uid,
+            rw=(sockets, rooms),
+            ro=(root, layer.root, *_torch_dirs(), *jail.runner_paths()),
+            hidden=(*self.hidden, *jail.private_paths()),
+            cwd=home,
         )
-        cmd = [*sandbox.isolation_prefix(), str(env.python), "-m", "runner.inside.zygote"]
-        cmd += ["--socket", str(socket_path), "--preload", ",".join(self.preload)]
-        cmd += ["--parent", str(os.getpid())]
+        child_env = allowlist.candidate_environ(
+            "stage", home=home, path=[env.python.parent], pythonpath=src
+        )
+        cmd = [str(env.python), "-m", "runner.inside.zygote", "--socket", str(socket_path)]
+        cmd += ["--preload", ",".join(self.preload)]
+        if not mech.namespaces:  # in namespaces its parent is the sandbox's init
+            cmd += ["--parent", str(os.getpid())]
+        launch = mech.wrap(cmd, child_env, box)
         with open(root / "zygote.log", "ab") as errors:
             proc = subprocess.Popen(
-                cmd,
+                launch.argv,
                 stdout=subprocess.PIPE,
                 stderr=errors,
                 stdin=subprocess.DEVNULL,
-                env=child_env,
+                env=launch.env,
                 cwd=home,
                 start_new_session=True,
             )
-        zygote = Zygote(key, root, proc, socket_path, env.python)
+        zygote = Zygote(key, root, proc, socket_path, env.python, src, uid, release=release)
         ready = self._ready(zygote)
+        if not ready.get("isolated"):
+            why = str(ready.get("why_not") or "no answer")
+            log.warning("event=zygote_refused key=%s reason=%r (stages start fresh)", key, why)
+            self._refused[key] = why
+            zygote.stop()
+            return None
         zygote.preloaded = ready.get("preloaded", {})
         log.info(
             "event=zygote_started key=%s layer=%s seconds=%.2f preloaded=%s",
@@ -279,3 +392,8 @@ class Zygotes:
             for zygote in self._live.values():
                 zygote.stop()
             self._live.clear()
+
+
+def _torch_dirs() -> tuple[Path, ...]:
+    torch = envs.host_torch()
+    return (torch.site_dir,) if torch is not None else ()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from runner import envs
+from runner import envs, jobbox
 from testkit.wheels import record_line
 
 CACHE = Path(os.environ.get("FE_CI_TEST_CACHE", Path.home() / ".cache" / "fe-ci-tests"))
@@ -75,9 +75,11 @@ def _installed_env(root: Path, wheel_of: Callable[[], Path]) -> envs.CandidateEn
         if not (root / READY).exists():
             shutil.rmtree(root, ignore_errors=True)  # a half-made one from a killed run
             env = envs.create_env(root)
-            outcome = envs.install_candidate(
-                env, wheel_of(), log_path=root / "install.log", timeout_s=900
-            )
+            with jobbox.temporary(root.with_name(f".job-{root.name}")) as job:
+                outcome = envs.install_candidate(
+                    env, wheel_of(), job=job, log_path=root / "install.log", timeout_s=900
+                )
+            shutil.rmtree(job.work, ignore_errors=True)
             assert outcome.ok, outcome.log_tail
             (root / READY).write_text("ok\n")
     return envs.CandidateEnv(root)

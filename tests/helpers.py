@@ -98,6 +98,23 @@ def processes_in(path: Path) -> list[int]:
     return found
 
 
+def processes_with(token: str) -> list[int]:
+    """The live processes whose command line holds ``token`` (a test's own marker): a process in
+    a pid namespace of its own has another pid there, but the same command line."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

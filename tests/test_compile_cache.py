@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage
-from runner import candidate, compile_cache, pipeline, pipeline_options, sandbox
+from runner import candidate, compile_cache, jail, pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
@@ -126,7 +126,7 @@ if _d:
         _try("write", lambda: _k.write_text("evil"))
         _try("append", lambda: open(_k, "a").write("evil"))
         _try("chmod", lambda: os.chmod(_k, 0o666))
-        _other = os.environ["HOSTILE_OTHER_ENTRY"]
+        _other = "OTHER_ENTRY"
         _try("other-write", lambda: open(_other, "w").write("evil"))
         _try("other-create", lambda: open(_other + ".evil", "w").write("evil"))
         _try("replace", lambda: (_k.unlink(), _k.write_text("evil")))
@@ -138,8 +138,8 @@ if _d:
 
 
 @pytest.mark.skipif(
-    not sandbox.drops_privileges(),
-    reason="needs a runner that is root with setpriv: only then does the candidate run as nobody",
+    not jail.mechanism().uid_drop,
+    reason="needs a runner that is root: only then does the candidate run as the job's uid",
 )
 def test_a_candidate_cannot_write_an_entry_it_did_not_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -157,8 +157,7 @@ def test_a_candidate_cannot_write_an_entry_it_did_not_write(
     store.publish("zz-other-key", other_stage)
     shutil.rmtree(other_stage)
     other = store.published("zz-other-key") / "x.bin"
-    monkeypatch.setenv("HOSTILE_OTHER_ENTRY", str(other))
-    wheel = make_wheel(tmp_path / "wheels", "1.32.0", HOSTILE)
+    wheel = make_wheel(tmp_path / "wheels", "1.32.0", HOSTILE.replace("OTHER_ENTRY", str(other)))
 
     def build(n: int) -> str:
         opts = pipeline_options.Options(

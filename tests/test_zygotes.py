@@ -1,7 +1,8 @@
 """Warm parents for the CPU stages (runner/zygotes.py, runner/inside/zygote.py).
 
 A real dependency layer of the registry's 1.32.0 wheel, a real zygote process in the sandbox a
-stage gets (network namespace and uid 65534 where the runner is root, as in CI), real forks.
+stage gets (bubblewrap and a uid of its own where the runner is root, as in CI), real forks, each
+stage in namespaces of its own.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import envs, layers, pipeline, pipeline_options, sandbox, warm_install, zygotes
+from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
 from testkit.registry import registry_wheel
-from tests.helpers import alive
+from tests.helpers import alive, processes_with
 
 pytestmark = pytest.mark.slow  # builds a real dependency layer
 
@@ -43,27 +44,23 @@ def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
 
 
 def _module_dir(tmp_path: Path, name: str, code: str) -> Path:
-    """A directory holding one module, readable by the sandboxed child."""
-    where = tmp_path / "mods"
-    sandbox.hand_over(where)
+    """A directory holding one module (the stage's "candidate", linked into its room)."""
+    where = tmp_path / f"mods-{name}"
     where.mkdir(exist_ok=True)
     (where / f"{name}.py").write_text(code)
-    os.chmod(where / f"{name}.py", 0o644)
     return where
 
 
 def _run(z: zygotes.Zygote, tmp_path: Path, name: str, code: str, **kw: object):  # type: ignore[no-untyped-def]
-    mods = _module_dir(tmp_path, name, code)
-    work = tmp_path / f"work-{name}"
-    sandbox.hand_over(work)
+    params = tmp_path / f"{name}.params.json"
+    params.write_text('{"a": 1}')
     return z.run(
         module=name,
-        argv=["a1"],
+        params=params,
         env={"PATH": os.environ.get("PATH", ""), "MARK": "from-the-request"},
-        cwd=work,
-        sites=[mods],
-        python=z.python,
+        site=_module_dir(tmp_path, name, code),
         log_path=tmp_path / f"{name}.log",
+        out_path=tmp_path / f"{name}.doc.json",
         **{"timeout_s": 60.0, **kw},  # type: ignore[arg-type]
     )
 
@@ -71,53 +68,87 @@ def _run(z: zygotes.Zygote, tmp_path: Path, name: str, code: str, **kw: object):
 def test_a_forked_stage_is_sandboxed_and_sees_its_request(
     pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
 ) -> None:
-    z = pool.get(layer, dict(os.environ))
+    z = pool.get(layer)
     assert z is not None and z.preloaded["torch"] == "ok", z and z.preloaded
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
     code = (
-        "import os, sys, socket\n"
-        "print('torch preloaded', 'torch' in sys.modules, 'argv', sys.argv[1:])\n"
-        "print('mark', os.environ.get('MARK'), 'cwd', os.getcwd())\n"
-        "print('uid', os.getuid(), 'leader', os.getpgid(0) == os.getpid())\n"
+        "import json, os, sys, socket\n"
+        "print('torch preloaded', 'torch' in sys.modules, 'params', open(sys.argv[2]).read())\n"
+        "print('mark', os.environ.get('MARK'), 'home is cwd', os.environ['HOME'] == os.getcwd())\n"
+        "print('uid', os.getuid(), 'pid', os.getpid())\n"
+        "for d in ('/tmp', '/dev/shm'): open(d + '/left-behind', 'w').write('x')\n"
+        "print('socket hidden', os.listdir(os.path.dirname(sys.argv[2]) + '/../../sock'))\n"
         "s = socket.socket(); s.settimeout(3)\n"
         f"try:\n    s.connect(('127.0.0.1', {port})); print('connected')\n"
         "except OSError as e:\n    print('refused', type(e).__name__)\n"
+        "json.dump({'seen': True}, open(sys.argv[4], 'w'))\n"
     )
     out = _run(z, tmp_path, "peek", code)
     server.close()
     assert out is not None and out.ok, out
-    assert "torch preloaded True argv ['a1']" in out.log_tail
-    assert f"mark from-the-request cwd {tmp_path / 'work-peek'}" in out.log_tail
-    assert "leader True" in out.log_tail
-    if sandbox.isolation() == "netns,uid":  # the runner is root (CI is): both apply
-        assert "refused" in out.log_tail and "connected" not in out.log_tail
-        assert f"uid {sandbox.UNPRIVILEGED_UID}" in out.log_tail
-    assert z.forks == 1
+    assert """torch preloaded True params {"a": 1}""" in out.log_tail
+    assert "mark from-the-request home is cwd True" in out.log_tail
+    assert " pid 2\n" in out.log_tail  # its own pid namespace, under an init of its own
+    assert "socket hidden []" in out.log_tail  # no stage reaches back into the zygote
+    assert "refused" in out.log_tail and "connected" not in out.log_tail
+    if jail.mechanism().uid_drop:  # the runner is root (CI is): the zygote's own uid
+        assert z.uid is not None and f"uid {z.uid} " in out.log_tail
+    assert (tmp_path / "peek.doc.json").read_text() == '{"seen": true}'
+    assert list((z.root / "rooms").iterdir()) == []  # the room is gone with the stage
+    after = _run(
+        z,
+        tmp_path,
+        "after",
+        "import os\nprint(os.listdir('/dev/shm'), 'left-behind' in os.listdir('/tmp'))\n",
+    )
+    assert after is not None and after.ok and "[] False" in after.log_tail, (
+        after
+    )  # fresh /tmp, /dev/shm
+    assert z.forks == 2
+
+
+def test_a_setsid_daemon_of_a_stage_dies_with_the_stage(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    """A stage's child that leaves its session is still in the stage's pid namespace: gone when
+    the stage ends, though the zygote lives on."""
+    z = pool.get(layer)
+    assert z is not None
+    token = "31337.0417"  # a sleep nobody else runs
+    code = f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '{token}'])\nprint('forked')\n"
+    out = _run(z, tmp_path, "daemon", code)
+    assert out is not None and out.ok and "forked" in out.log_tail, out
+    deadline = time.monotonic() + 5
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(token) == [], "the stage's setsid child outlived it"
+    assert z.alive()
 
 
 def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
 ) -> None:
-    z = pool.get(layer, dict(os.environ))
+    z = pool.get(layer)
     assert z is not None
+    token = "31337.0418"  # a sleep nobody else runs
     hang = _run(
         z,
         tmp_path,
         "hang",
         "import subprocess, sys, time\n"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"p = subprocess.Popen(['sleep', '{token}'])\n"
         "print('grandchild', p.pid, flush=True)\ntime.sleep(600)\n",
         timeout_s=2.0,
     )
     assert hang is not None and hang.status == "timeout", hang
-    grandchild = int(hang.log_tail.split("grandchild ")[1].split()[0])
+    assert "grandchild" in hang.log_tail
     deadline = time.monotonic() + 5
-    while alive(grandchild) and time.monotonic() < deadline:
+    while processes_with(token) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive(grandchild), "the stage's child outlived the timeout"
+    assert processes_with(token) == [], "the stage's child outlived the timeout"
     crash = _run(
         z,
         tmp_path,
@@ -128,18 +159,18 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     assert "about to crash" in crash.log_tail
     failed = _run(z, tmp_path, "three", "raise SystemExit(3)\n")
     assert failed is not None and (failed.status, failed.returncode) == ("failed", 3)
-    assert z.alive() and pool.get(layer, dict(os.environ)) is z
+    assert z.alive() and pool.get(layer) is z
 
 
 def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
     pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
 ) -> None:
-    z = pool.get(layer, dict(os.environ))
+    z = pool.get(layer)
     assert z is not None
     os.killpg(z.proc.pid, signal.SIGKILL)
     z.proc.wait()
     assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
-    again = pool.get(layer, dict(os.environ))
+    again = pool.get(layer)
     assert again is not None and again is not z and again.alive()
 
 
@@ -182,7 +213,7 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
         f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
         f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
         "timeout_s=900)\n"
-        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer, dict(os.environ))\n"
+        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer)\n"
         "print(z.proc.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -197,3 +228,6 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
     while alive(zygote_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(zygote_pid), "the zygote outlived its runner"
+    while processes_with(str(tmp_path / "zygotes")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(str(tmp_path / "zygotes")) == [], "the zygote outlived its sandbox"

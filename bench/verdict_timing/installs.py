@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from core.wire import Stage
-from runner import envs, layers, pipeline, pipeline_options, warm_install, zygotes
+from runner import envs, jobbox, layers, pipeline, pipeline_options, warm_install, zygotes
 from testkit.registry import candidate_env
 
 
@@ -128,9 +128,10 @@ def installers(wheel: Path, tmp: Path, reps: int) -> dict[str, list[dict]]:
             built = time.monotonic() - t
             env = envs.create_env(tmp / f"inst-env-{name}-{rep}")
             t = time.monotonic()
-            warm = warm_install.install_warm(
-                env, wheel, layers_dir=layers_dir, log_path=tmp / "inst.log", timeout_s=900
-            )
+            with jobbox.temporary(tmp / f"inst-job-{name}-{rep}") as job:
+                warm = warm_install.install_warm(
+                    env, wheel, job=job, layers_dir=layers_dir, log_path=tmp / "i", timeout_s=900
+                )
             assert warm.outcome.ok and warm.installer == name and not warm.problems
             out.setdefault(name, []).append(
                 {"layer build": built, "candidate only (+ check)": time.monotonic() - t}

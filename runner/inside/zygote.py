@@ -1,18 +1,27 @@
 """A warm parent for the CPU stages: imports torch and the dependency layer's heavy modules once,
 then forks one child per stage instead of starting a new interpreter each time.
 
-Runs in the candidate's sandbox (network namespace, unprivileged user) in an environment that has
-the dependency layer and the host's torch but **no candidate**: nothing of any build is ever
-imported here, so a child starts from dependencies alone and imports its own build. The parent
-never touches a GPU (``CUDA_VISIBLE_DEVICES`` is empty before torch is imported), so forking is
-safe. It is not dumpable, so a child (same user) cannot attach to it or read its memory, and it
-dies with the runner that started it (``PR_SET_PDEATHSIG``), so none outlives a killed runner.
+Runs in the candidate's sandbox (``runner/jail.py``: its own namespaces, a uid of its own) in an
+environment that has the dependency layer and the host's torch but **no candidate**: nothing of
+any build is ever imported here, so a child starts from dependencies alone and imports its own
+build. The parent never touches a GPU (``CUDA_VISIBLE_DEVICES`` is empty before torch is
+imported), so forking is safe. It is not dumpable, so a child (same user) cannot attach to it or
+read its memory, and it dies with the runner that started it (``PR_SET_PDEATHSIG``, through the
+sandbox's own init), so none outlives a killed runner.
 
-Protocol, on a Unix socket, one stage per connection: the runner sends one JSON line with the
-log file's descriptor attached (``SCM_RIGHTS``):
-``{"module", "argv", "env", "cwd", "sites", "python"}``. The parent answers ``{"pid": N}`` once the
-child exists (the child leads its own process group, so the runner can stop it as it stops any
-stage) and ``{"status": S}`` when it has ended (an exit code, or minus the signal).
+Each stage gets namespaces of its own (``isolate``): a user namespace of the same uid, in it new
+pid, mount, network, ipc and uts namespaces; the stage runs under an init of its own (process 1
+of the new pid namespace), so every process it starts, ``setsid`` or not, ends with it; it gets a
+fresh /tmp, /var/tmp and /dev/shm, the zygote's socket folder hidden, and no capability. A host
+that refuses these (no unprivileged user namespaces) gets no warm stages: the zygote says so when
+it starts (``isolated``) and the runner starts fresh interpreters instead.
+
+Protocol, on a Unix seqpacket socket, one stage per connection: the runner sends one JSON message
+with the log file's descriptor attached (``SCM_RIGHTS``):
+``{"module", "argv", "env", "cwd", "sites", "python"}``. The parent answers ``{"pid": N}`` with a
+pidfd of the child once it exists (its pid is this pid namespace's; the runner stops the stage
+through the pidfd, and the stage's namespaces end with the child) and ``{"status": S}`` when it
+has ended (an exit code, or minus the signal).
 
 Standard library only (torch is imported, not used).
 """
@@ -33,16 +42,97 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
 MAX_REQUEST = 1 << 20
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 1 << 18
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _call(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def isolate() -> None:
+    """This process into namespaces of its own (same uid, seen as itself): user, then pid (for the
+    children it forks), mount, network, ipc, uts. Raises OSError where the host refuses them."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    _call(libc.unshare(flags), "unshare")
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # else /proc/self is root's and the maps unwritable
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    finally:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _mounts_under(tops: tuple[str, ...]) -> list[str]:
+    """The mount points strictly under ``tops`` (what the sandbox showed there), outermost only."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].encode().decode("unicode_escape")  # "\040" is a space
+            if any(point.startswith(t + "/") for t in tops):
+                found.append(point)
+    found.sort(key=lambda p: (p.count("/"), p))
+    return [p for i, p in enumerate(found) if not any(p.startswith(q + "/") for q in found[:i])]
+
+
+def private_mounts(hidden: list[str]) -> None:
+    """A fresh /tmp, /var/tmp and /dev/shm (with what the sandbox showed in them shown again),
+    and each ``hidden`` folder emptied, in this mount namespace only."""
+    _call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    tops = tuple(t for t in PRIVATE_TMP if os.path.isdir(t))
+    kept = [(p, os.open(p, os.O_PATH)) for p in _mounts_under(tops)]
+    for where in [*tops, *hidden]:
+        flags = MS_NOSUID | MS_NODEV
+        _call(libc.mount(b"tmpfs", where.encode(), b"tmpfs", flags, b"mode=1777"), where)
+        if where in hidden:
+            continue
+        for point, fd in kept:
+            if point.startswith(where + "/"):
+                os.makedirs(point, mode=0o755, exist_ok=True)
+                source = f"/proc/self/fd/{fd}".encode()
+                _call(libc.mount(source, point.encode(), None, MS_BIND | MS_REC, None), point)
+    for _, fd in kept:
+        os.close(fd)
+
+
+def drop_capabilities() -> None:
+    """None left, none to gain: what ``isolate`` granted in the new user namespace goes."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    _call(libc.capset(ctypes.byref(header), (_CapData * 2)()), "capset")
+    _call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
 def _harden(parent: int | None) -> None:
-    """Not dumpable; and gone with the runner that started it, even one killed with SIGKILL."""
+    """Not dumpable; and gone with whoever started it (the runner, or the sandbox's init, which
+    goes with the runner), even one killed with SIGKILL."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: nothing to harden
+    except AttributeError:  # not Linux: nothing to harden
         pass
     if parent is not None and os.getppid() != parent:  # the runner died before the line above
         raise SystemExit("zygote: the runner that started it is gone")
@@ -62,7 +152,6 @@ def preload(modules: list[str]) -> dict[str, str]:
 
 def _child(request: dict[str, Any], log_fd: int) -> int:
     """The stage itself, in the forked child: becomes the stage's process as if freshly started."""
-    os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.dup2(log_fd, 1)
@@ -94,10 +183,68 @@ def _child(request: dict[str, Any], log_fd: int) -> int:
     return 0
 
 
-def _serve_one(srv: socket.socket, conn: socket.socket) -> None:
+def _in_namespaces(run: Any, hidden: list[str]) -> int:
+    """``run()`` in namespaces of its own, under an init of its own: its exit code (minus the
+    signal that ended it). Raises OSError where the namespaces cannot be made."""
+    isolate()
+    read, write = os.pipe()
+    init = os.fork()
+    if init == 0:  # process 1 of the new pid namespace; its end is every process's in it
+        code = 1
+        try:
+            os.close(read)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            private_mounts(hidden)
+            drop_capabilities()
+            child = os.fork()
+            if child == 0:
+                os.close(write)
+                code = 1
+                try:
+                    code = run()
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            while True:  # reap what is orphaned here until the stage itself ends
+                pid, status = os.wait()
+                if pid == child:
+                    os.write(write, str(os.waitstatus_to_exitcode(status)).encode())
+                    code = 0
+                    break
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        said = fh.read(32)
+    _, status = os.waitpid(init, 0)
+    if not said:
+        raise OSError(f"the stage's init failed (status {os.waitstatus_to_exitcode(status)})")
+    return int(said)
+
+
+def _exit_as(code: int) -> None:
+    """End this process as the stage ended: with its exit code, or by its signal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 1)
+
+
+def _serve_one(srv: socket.socket, conn: socket.socket, hidden: list[str]) -> None:
     msg, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 1)
     if len(fds) != 1:
-        conn.sendall(b'{"error": "a request carries exactly one log descriptor"}\n')
+        conn.send(b'{"error": "a request carries exactly one log descriptor"}')
         return
     request = json.loads(msg)
     pid = os.fork()
@@ -106,19 +253,39 @@ def _serve_one(srv: socket.socket, conn: socket.socket) -> None:
         try:
             srv.close()
             conn.close()
-            code = _child(request, fds[0])
+            os.setsid()  # leads its own group: the runner stops the stage by it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            code = _in_namespaces(lambda: _child(request, fds[0]), hidden)
         except BaseException:  # the child must end here, whatever happened
             import traceback
 
+            os.dup2(fds[0], 2)
             traceback.print_exc()
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            _exit_as(code)
     os.close(fds[0])
-    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    pidfd = os.pidfd_open(pid)  # the runner's handle on it: a pid of ours means nothing there
+    try:
+        socket.send_fds(conn, [json.dumps({"pid": pid}).encode()], [pidfd])
+    finally:
+        os.close(pidfd)
     _, status = os.waitpid(pid, 0)
-    conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+    conn.send(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def can_isolate(hidden: list[str]) -> str:
+    """Empty where a stage can have namespaces of its own here, else why not (tried at start)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _in_namespaces(lambda: 0, hidden)
+        except BaseException as exc:
+            print(f"zygote: {exc}", file=sys.stderr, flush=True)
+        _exit_as(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return "" if code == 0 else f"a stage cannot have namespaces of its own (status {code})"
 
 
 # sun_path holds 108 bytes: a deeper socket path is reached through a descriptor of its folder
@@ -141,16 +308,19 @@ def unix_address(sock: socket.socket, path: str, bind: bool) -> None:
 
 def serve(sock_path: str, modules: list[str], parent: int | None = None) -> None:
     _harden(parent)
+    hidden = [os.path.dirname(os.path.abspath(sock_path))]  # no stage reaches back in here
+    why_not = can_isolate(hidden)
     loaded = preload(modules)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     unix_address(srv, sock_path, bind=True)
     srv.listen(4)
-    print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded}), flush=True)
+    ready = {"ready": True, "pid": os.getpid(), "preloaded": loaded, "isolated": not why_not}
+    print(json.dumps({**ready, "why_not": why_not}), flush=True)
     while True:
         conn, _ = srv.accept()
         with conn:
             try:
-                _serve_one(srv, conn)
+                _serve_one(srv, conn, hidden)
             except (OSError, ValueError) as exc:  # a runner that went away mid-request
                 print(f"zygote: request failed: {exc!r}", file=sys.stderr, flush=True)
 
