@@ -30,7 +30,7 @@ from service import (
     uploads,
 )
 from service.api import bisections, builds, pins, runners, validate, webhooks
-from service.config import Settings
+from service.config import Settings, private_dir
 from service.deps import SessionDep
 from service.errors import ApiError
 from service.web import apidocs, views
@@ -114,7 +114,7 @@ def _sweep_blobs(sessions: sessionmaker[Session], settings: Settings, where: str
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = (settings or Settings()).with_generated_tokens()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     db.migrate(settings.url)
     engine = db.make_engine(settings.url)
     uploads.sweep_tmp(settings.data_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from datetime import timedelta
 from functools import cached_property
@@ -16,6 +17,14 @@ from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret", "admin_token")
 _PLACEHOLDERS = {"changeme", "change-me", "secret", "token", "xxx", "..."}
+
+
+def private_dir(path: Path) -> Path:
+    """``path``, made if needed, that only the service's user can enter (0700): the data
+    directory holds the database, the tokens file, every blob and log."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
 def split_csv(value: object) -> object:
@@ -144,10 +153,11 @@ class Settings(BaseSettings):
         if not values:
             return self
         merged = {**saved, **values}
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         tmp = self.tokens_file.with_suffix(".tmp")
-        tmp.write_text("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
-        tmp.chmod(0o600)
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
         tmp.replace(self.tokens_file)
         return self.model_copy(update=values)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,23 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def private_file(path: Path) -> None:
+    """The SQLite file, made if needed, readable and writable by the service's user alone (0600;
+    SQLite gives its -wal and -shm files the same mode): it holds every token's hash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+
+
+def _sqlite_path(url: str) -> Path | None:
+    path = url.split("///", 1)[-1] if url.startswith("sqlite") else ""
+    return Path(path) if path and path != ":memory:" else None
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if (path := _sqlite_path(url)) is not None:
+            private_file(path)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -52,6 +65,8 @@ def migrate(url: str) -> None:
     so one migrates and the others find the schema at head.
     """
     if not url.startswith("postgresql"):
+        if (path := _sqlite_path(url)) is not None:
+            private_file(path)  # before SQLite makes it, with the process's umask
         command.upgrade(alembic_config(url), "head")
         return
     engine = create_engine(url, poolclass=NullPool)
