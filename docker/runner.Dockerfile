@@ -4,8 +4,9 @@
 #   builder  the runner plus the toolchain commit builds need (nvcc, cuDNN headers, CMake, a C++
 #            compiler, git) and, supplied here at image build time so a build needs no network:
 #            the frontend's build requirements in a wheelhouse and dlpack's sources
-# Candidates run in a network namespace (unshare, from util-linux) as `nobody` (setpriv); the
-# namespace needs CAP_SYS_ADMIN, which docker-compose.yml grants (see there).
+# Candidates run in bubblewrap's namespaces as a uid of their job (setpriv, from util-linux;
+# unshare where bwrap cannot start); that needs CAP_SYS_ADMIN and more, which docker-compose.yml
+# grants (see there).
 #
 # The bases are build arguments: CUDA with cuDNN for GPU hosts (the defaults); for a runner
 # without a GPU, Debian 12 (whose python3 is 3.11) with a CPU build of torch, as
@@ -27,7 +28,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     FE_CI_CACHE_DIR=/cache PATH=/opt/fe-ci/bin:$PATH
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv util-linux ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv util-linux bubblewrap \
+      ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY scripts/install ./scripts/install
@@ -54,7 +56,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv python3-dev util-linux \
-      ca-certificates git g++ make \
+      bubblewrap ca-certificates git g++ make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY scripts/install ./scripts/install
