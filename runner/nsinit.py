@@ -3,7 +3,8 @@
 Started as root by ``unshare --pid --fork --mount-proc --mount [--net] --ipc --uts`` with one JSON
 argument: ``{"uid", "ro_root", "tmpfs", "hidden", "ro", "rw", "cwd", "env", "argv"}``. It is the
 new pid namespace's process 1. In its own mount namespace it makes ``/`` read-only (where the
-kernel has ``mount_setattr``), mounts an empty tmpfs on each private and hidden directory, shows
+kernel has ``mount_setattr``) with a fresh, writable ``/proc`` (CUDA needs one), mounts an empty
+tmpfs on each private and hidden directory, shows
 the ``ro`` and ``rw`` paths again (bound through descriptors opened before they were hidden), drops
 to the job's uid with no groups, no capabilities and no new privileges, then starts ``argv`` with
 exactly ``env`` and waits for it. When it exits, so does every process of the namespace, ``setsid``
@@ -23,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x1000, 0x4000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC = 0x2, 0x4, 0x8, 0x1000, 0x4000
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
@@ -91,6 +92,9 @@ def build_mounts(spec: dict[str, Any]) -> None:
     fds = [(p, rw, os.open(p, os.O_PATH), os.path.isdir(p)) for p, rw in shown]
     if spec["ro_root"]:
         read_only("/", True)
+        # a fresh /proc of this pid namespace, writable: CUDA fails to start on a read-only one
+        # (cudaGetDeviceCount: error 304, seen on the H200 host)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     for where in spec["tmpfs"]:
         if os.path.isdir(where):
             mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

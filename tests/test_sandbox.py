@@ -204,6 +204,8 @@ def test_the_candidate_sees_its_allowlist_no_network_and_only_its_own_directory_
             print('refused', type(e).__name__)
         print('host tmp', os.path.exists({str(outside)!r}))
         print('private', os.path.exists({str(private / "tokens.env")!r}))
+        open('/proc/self/comm', 'w').write('candidate')  # CUDA needs a writable /proc
+        print('proc', open('/proc/self/comm').read().strip())
         for where in ({str(own.parent / "planted")!r}, '/usr/planted', {str(own / "mine")!r}):
             try:
                 open(where, 'w').write('x'); print('wrote', where)
@@ -219,7 +221,7 @@ def test_the_candidate_sees_its_allowlist_no_network_and_only_its_own_directory_
     tail = out.log_tail
     assert "env ['HOME', 'LC_CTYPE', 'MARK', 'PATH'" in tail  # LC_CTYPE: Python's own (PEP 538)
     assert "\nrefused " in tail and "connected" not in tail  # not even the host's loopback
-    assert "host tmp False" in tail and "private False" in tail
+    assert "host tmp False" in tail and "private False" in tail and "proc candidate" in tail
     assert f"wrote {own / 'mine'}" in tail
     assert f"refused {own.parent / 'planted'}" in tail and "refused /usr/planted" in tail
     if uid is not None:  # the runner is root (CI is): the job's uid, on the host too
