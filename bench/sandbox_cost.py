@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.wire import Stage, Status  # noqa: E402
 from runner import (  # noqa: E402
     envs,
     jail,
@@ -37,7 +38,6 @@ from runner import (  # noqa: E402
     warm_install,
     zygotes,
 )
-from runner.wire import Stage, Status  # noqa: E402
 from testkit.registry import registry_wheel  # noqa: E402
 
 

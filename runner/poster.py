@@ -71,7 +71,8 @@ class Poster:
         if self.lost:
             return
         self.unsent.append(result)
-        if (text := stage_log(self.pipe.opts.work_dir, result.name)) is not None:
+        opts = self.pipe.opts
+        if (text := stage_log(opts.work_dir, result.name, secrets=opts.secrets)) is not None:
             self.logs[result.name] = text
         try:
             post_stages(self.client, self.lease, self.unsent, self.refused, self.logs)

@@ -75,8 +75,11 @@ STAGE_LOGS: dict[Stage, tuple[str, ...]] = {
 }
 
 
-def stage_log(work_dir: Path, stage: Stage, limit: int = LOG_MAX_CHARS) -> str | None:
-    """The end of a stage's log files (at most ``limit`` characters), or None without any.
+def stage_log(
+    work_dir: Path, stage: Stage, limit: int = LOG_MAX_CHARS, secrets: tuple[str, ...] = ()
+) -> str | None:
+    """The end of a stage's log files (at most ``limit`` characters), or None without any; the
+    candidate's output, so every runner secret in ``secrets`` is taken out.
 
     A longer log is cut at its start, and says so in its first line.
     """
@@ -94,7 +97,7 @@ def stage_log(work_dir: Path, stage: Stage, limit: int = LOG_MAX_CHARS) -> str |
             continue
     if not parts:
         return None
-    text = b"".join(parts).decode("utf-8", "replace")
+    text = redact.redact_text(b"".join(parts).decode("utf-8", "replace"), secrets)
     if total <= limit and len(text) <= limit:
         return text
     note = f"[the first {total - limit} bytes of this log are left out]\n"

@@ -156,3 +156,26 @@ def test_a_stage_document_is_never_read_through_a_link(tmp_path: Path) -> None:
         {},
         "unreadable (Too many levels of symbolic links)",
     )
+
+
+def test_a_stage_log_leaves_the_runner_redacted_even_where_it_is_cut(tmp_path: Path) -> None:
+    token = RUNNER["FE_CI_RUNNER_TOKEN"]
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "probe.log").write_text("a" * 300 + token + "b" * 100 + f" {token} end\n")
+    secrets = redact.runner_secrets(RUNNER)
+    whole = stage_results.stage_log(tmp_path, Stage.probe, secrets=secrets)
+    assert whole is not None and token not in whole and whole.count("[redacted]") == 2
+
+    def tails(text: str) -> list[str]:  # what is left of the token where a cut went through it
+        body = text.split("\n", 1)[1]  # after the note that says the log was cut
+        return [token[i:] for i in range(1, len(token) - 3) if body.startswith(token[i:])]
+
+    # a limit whose cut, unredacted, would begin inside the first token: its tail would leave
+    limit = next(
+        n
+        for n in range(100, 300)
+        if tails(stage_results.stage_log(tmp_path, Stage.probe, limit=n) or "")
+    )
+    cut = stage_results.stage_log(tmp_path, Stage.probe, limit=limit, secrets=secrets)
+    assert cut is not None and len(cut) <= limit and cut.endswith("[redacted] end\n")
+    assert not [t for t in (token[i:] for i in range(len(token) - 3)) if t in cut]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from core.wire import Stage, Status
 from runner import jail, pipeline, pipeline_options
-from runner.wire import Stage, Status
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service
 from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
 from tests.helpers import processes_with, report, submit_wheel
