@@ -109,7 +109,12 @@ def temporary(
     with (uid_range or uids.UidRange.default()).lease() as uid:
         job = JobBox(work, uid, hidden=hidden)
         job.prepare()
-        yield job
+        try:
+            yield job
+        finally:  # the uid serves another job later: nothing of this one keeps it
+            if uid is not None:
+                uids.reap(uid)
+            uids.take_back(job.own)
 
 
 def link_tree(src: Path, dest: Path) -> None:

@@ -39,6 +39,7 @@ from runner import (
     ledger,
     redact,
     sandbox,
+    uids,
 )
 from runner.pipeline_options import Options
 from runner.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
@@ -88,8 +89,11 @@ class Pipeline:
         return self._job
 
     def close(self) -> None:
-        """Give the job's uid back: every process still running as it is killed."""
+        """Give the job's uid back: every process still running as it is killed, and what it
+        owned of the job's directory is the runner's again (the uid serves another job later)."""
         self._held.close()
+        if self._job is not None:
+            uids.take_back(self._job.own)
         self._job = None
 
     def _reads(self) -> tuple[Path, ...]:
