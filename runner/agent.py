@@ -30,7 +30,7 @@ from typing import TypeVar
 import httpx
 
 from core.wire import JobLease, RunnerRegistered, Stage
-from runner import envs, pipeline, pipeline_options, retry, zygotes
+from runner import envs, pipeline, pipeline_options, retry, sandbox, zygotes
 from runner import labels as host_labels
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
@@ -286,6 +286,10 @@ class Agent:
         s, lease, pipe = self.settings, poster.lease, poster.pipe
         assert lease.repo and lease.commit
         pipe.reporter.started(Stage.build)
+        # the build runs the commit's code in the candidate's sandbox, and the report says which
+        pipe.result.environment = pipe.result.environment.model_copy(
+            update={"sandbox": sandbox.isolation()}
+        )
         result, built = build.build_commit(s, lease.repo, lease.commit, work, pipe.cancel)
         if built is not None:
             poster.with_retries(
