@@ -197,17 +197,17 @@ def validate(
     typer.echo(
         f"validating {wheel.name if wheel else 'the preinstalled candidate'} on {where}", err=True
     )
-    try:
+    try:  # the report hashes the wheel, which a commit build left in the temp dir
         with progress.StageProgress() as shown:
             result = pipeline.Pipeline(opts, shown).run(wheel)
+        if built is not None:  # the wheel came from the builder: its stage belongs to the report
+            result.stages.insert(0, built)
+        report = localreport.local_report(
+            result, wheel=wheel, family=family, version=version, require=required
+        )
     finally:
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    if built is not None:  # the wheel came from the builder: its stage belongs to the report
-        result.stages.insert(0, built)
-    report = localreport.local_report(
-        result, wheel=wheel, family=family, version=version, require=required
-    )
     if prev_report is not None:  # deterministic bits and cost against the earlier report
         report.history, changed = history.compare_reports(report, prev_report, s.cost_factor)
         report.findings += changed
