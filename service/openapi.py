@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from service import deps
+from service import body_limits, deps
 
 
 class ErrorDetail(BaseModel):
@@ -139,6 +139,8 @@ def document(app: FastAPI) -> dict[str, Any]:
                 _add(responses, 401)
             if door == "runner" and path != "/api/runners/register":  # a revoked runner
                 _add(responses, 403)
+            if method == "POST" and body_limits.limit_for(path) is not None:
+                _add(responses, 413)
     return schema
 
 

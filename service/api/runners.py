@@ -279,6 +279,15 @@ def _leased_job(
         return job
     if job.state != JobState.leased:
         raise Conflict(f"job {job_id} is {job.state}")
+    expired = job.lease_expires_at
+    if expired is not None and expired <= utcnow():
+        # Refused at once, whether or not the sweeper has requeued the job yet: a late runner
+        # neither posts into an attempt that is over nor keeps it alive by heartbeating.
+        raise StaleLease(
+            f"job {job_id}: the lease of attempt {job.attempt} expired at "
+            f"{expired:%H:%M:%S} UTC; it goes back to the queue",
+            detail={"attempt": job.attempt, "lease_expires_at": expired.isoformat()},
+        )
     return job
 
 
