@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from core.bounds import clip
 from core.wire import Capability, Finding, Severity
 
 IMPORT_ERROR = "import_error"
@@ -68,7 +69,7 @@ def regressions(
 
 def _regression(subject: str, message: str) -> Finding:
     return Finding(
-        kind="feature_regression", severity=Severity.error, subject=subject, message=message
+        kind="feature_regression", severity=Severity.error, subject=subject, message=clip(message)
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pydantic import ValidationError
+
 from core.comparable import ConfigKey
 from core.wire import BuildReport, Check, Environment, RememberedConfig, Stage, Status
 
@@ -35,8 +37,8 @@ def chosen(
         if not isinstance(config, str) or not varying or check.metrics.get("negative_control"):
             continue
         key = ConfigKey.of(subject, family, environment.gpu, environment.cudnn_backend)
-        out.append(
-            RememberedConfig(
+        try:  # a config the subject does not declare (any more) is not worth starting from
+            entry = RememberedConfig(
                 subject=key.subject,
                 family=key.family,
                 gpu=key.gpu,
@@ -44,7 +46,9 @@ def chosen(
                 config=config,
                 build_id=build_id,
             )
-        )
+        except ValidationError:
+            continue
+        out.append(entry)
     return out
 
 

@@ -6,15 +6,21 @@ fields freely, rename none.
 ``Check``, ``Finding``, ``Capability``, ``DriftRow``, ``RefusalRow`` and ``StageResult`` mirror the
 documents a stage writes inside the candidate (``runner/inside/documents.py``): a field added here
 is added there (``tests/test_documents.py`` keeps the two in step).
+Every text, number and list a runner reports is bounded (``core/bounds.py``): these models are
+the door of the runner protocol.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core import bounds
+from core.bounds import Count, JsonObject, Name, Short, Text
+from core.subjects import FAMILIES
 
 
 class Stage(StrEnum):
@@ -96,69 +102,65 @@ class _Model(BaseModel):
 
 
 class Check(_Model):
-    name: str
+    name: Name
     status: Status
-    detail: str = ""
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    repro: str | None = None  # failing or inconclusive: the one command that reproduces it
+    detail: Text = ""
+    metrics: JsonObject = Field(default_factory=dict)
+    repro: Text | None = None  # failing or inconclusive: the one command that reproduces it
 
 
 class Finding(_Model):
-    kind: str
+    kind: Short
     severity: Severity
-    subject: str | None = None
-    message: str
-    job_ids: list[int] = Field(default_factory=list)  # in a build report: the jobs that saw it
+    subject: Short | None = None
+    message: Text
+    # in a build report: the jobs that saw it
+    job_ids: list[int] = Field(default_factory=list, max_length=1000)
 
 
 class Capability(_Model):
     """What the probe learned about one subject of one build."""
 
     importable: bool
-    knob: str
+    knob: Short
     present: bool
-    default: str | None = None
-    method: str | None = None  # "signature" | "docstring" | None when nothing could be read
-    error: str | None = None
-    entry_point: str = ""
+    default: bounds.Phrase | None = None
+    # "signature" | "docstring" | None when nothing could be read
+    method: bounds.Word | None = None
+    error: Text | None = None
+    entry_point: Name = ""
 
 
 class DriftRow(_Model):
-    subject: str
-    output: str
-    arm: str  # "control" | "deterministic"
-    runs: int
-    differing: int
-    distinct: int
-    max_abs_diff: float | None
+    subject: Short
+    output: bounds.Term
+    arm: bounds.Word  # "control" | "deterministic"
+    runs: Count
+    differing: Count
+    distinct: Count
+    max_abs_diff: Annotated[bounds.Finite, Field(ge=0.0)] | None
     finite: bool
-    config: dict[str, Any] = Field(default_factory=dict)
-    luck_probability: float | None = None
-    stopped_by: str | None = None
+    config: JsonObject = Field(default_factory=dict)
+    luck_probability: bounds.Probability | None = None
+    stopped_by: bounds.Term | None = None
 
 
 class RefusalRow(_Model):
-    activation: str
-    request: str
+    activation: bounds.Word
+    request: bounds.Term
     scale_bias: bool
     fc1_bias: bool
     unit_scale: bool
-    expected: str
-    observed: str
+    expected: bounds.Word
+    observed: bounds.Word
     status: Status
-    detail: str = ""
-    call_kwargs: dict[str, Any] = Field(default_factory=dict)  # what the wrapper was called with
+    detail: Text = ""
+    call_kwargs: JsonObject = Field(default_factory=dict)  # what the wrapper was called with
 
 
-TimingValue = float | int | bool | None
+TimingValue = bounds.Finite | int | bool | None
 Timings = Annotated[
-    dict[
-        Annotated[str, StringConstraints(max_length=64)],
-        Annotated[
-            dict[Annotated[str, StringConstraints(max_length=64)], TimingValue],
-            Field(max_length=32),
-        ],
-    ],
+    dict[Short, Annotated[dict[Short, TimingValue], Field(max_length=32)]],
     Field(max_length=32),
 ]
 
@@ -166,28 +168,29 @@ Timings = Annotated[
 class StageResult(_Model):
     name: Stage
     status: Status
-    reason: str = ""
-    duration_s: float = 0.0
-    checks: list[Check] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list)
-    capabilities: dict[str, Capability] = Field(default_factory=dict)
-    drift: list[DriftRow] = Field(default_factory=list)
-    refusal: list[RefusalRow] = Field(default_factory=list)
-    version: str | None = None  # the version the installed build reports (install/probe)
-    log_tail: str = ""
+    reason: Text = ""
+    duration_s: bounds.Seconds = 0.0
+    checks: list[Check] = Field(default_factory=list, max_length=2000)
+    findings: list[Finding] = Field(default_factory=list, max_length=500)
+    capabilities: dict[Short, Capability] = Field(default_factory=dict, max_length=64)
+    drift: list[DriftRow] = Field(default_factory=list, max_length=2000)
+    refusal: list[RefusalRow] = Field(default_factory=list, max_length=1000)
+    # the version the installed build reports (install/probe)
+    version: bounds.Phrase | None = None
+    log_tail: bounds.LogText = ""
     # where the stage's seconds went (determinism: {"stage": {...}, <subject>: {phase: s}}, as
     # ``runner.inside.determinism.run`` documents); bounded, numbers and flags only
     timings: Timings = Field(default_factory=dict)
 
 
 class Environment(_Model):
-    python: str | None = None
-    torch: str | None = None
-    gpu: str | None = None
-    arch: str | None = None
-    cudnn_backend: str | None = None
-    cutlass_dsl: str | None = None
-    sandbox: str = "none"
+    python: Name | None = None
+    torch: Name | None = None
+    gpu: Name | None = None
+    arch: Short | None = None
+    cudnn_backend: Short | None = None
+    cutlass_dsl: Name | None = None
+    sandbox: Name = "none"
 
 
 # ---------------------------------------------------------------- the runner protocol
@@ -195,7 +198,7 @@ class Environment(_Model):
 
 class RunnerRegister(_Model):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: bounds.Labels = Field(default_factory=dict)
     # Take the name over from a runner that is still alive (its token stops working), as
     # GitHub's runner ``--replace`` does; without it a live runner's name is refused (409).
     replace: bool = False
@@ -210,7 +213,7 @@ class RunnerRegistered(_Model):
 class RunnerResume(_Model):
     """A runner restarted on its host, back under the token it kept (``runner/state.py``)."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: bounds.Labels = Field(default_factory=dict)
     # Jobs whose finished results the runner kept and will send: their leases stay; every other
     # job leased to the runner belonged to its previous process and is handed back.
     holding: list[int] = Field(default_factory=list, max_length=1000)
@@ -245,6 +248,15 @@ class RememberedConfig(_Model):
     cudnn_backend: str | None = Field(default=None, max_length=64)
     config: str = Field(max_length=200)
     build_id: int | None = None
+
+    @model_validator(mode="after")
+    def _declared(self) -> RememberedConfig:
+        """Only a config the subject declares, of a family there is, is remembered or leased."""
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.family!r} is not a GPU family ({', '.join(FAMILIES)})")
+        if why := bounds.undeclared(self.subject, [self.config]):
+            raise ValueError(why)
+        return self
 
 
 class ComparisonPoint(_Model):
@@ -300,10 +312,16 @@ class StagePost(LeasedPost):
     result: StageResult
     log: str | None = Field(default=None, max_length=LOG_MAX_CHARS)  # the stage's log, its end
 
+    @model_validator(mode="after")
+    def _declared_configs(self) -> StagePost:
+        if why := bounds.undeclared_configs(self.result):
+            raise ValueError(why)
+        return self
+
 
 class JobFinish(LeasedPost):
     environment: Environment = Field(default_factory=Environment)
-    error: str | None = None
+    error: Text | None = None
 
 
 # ---------------------------------------------------------------- the build report

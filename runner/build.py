@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.bounds import clip
 from core.commits import BuildFailure, ensure_commit, export_tree
 from core.wire import Stage, StageResult, Status
 from runner import envs, jobbox, redact, sandbox, uids
@@ -210,7 +211,7 @@ def _run_build(
         result = StageResult(
             name=Stage.build,
             status=Status.fail if exc.kind == "build_failed" else Status.error,
-            reason=f"{exc.kind}: {exc.message}",
+            reason=clip(f"{exc.kind}: {exc.message}"),
             duration_s=time.monotonic() - start,
             log_tail=exc.log_tail,
         )

@@ -23,6 +23,9 @@ compare with ``packaging``):
   a development build not yet there.
 
 A feature the probe could not read (``None``) produces nothing; so does an unparseable version.
+But a subject whose entry point the build has and cannot import, in a release the ledger says
+has its feature, is an ``import_error`` of severity error (``claimed_import_errors``): whatever
+the previous build of the line did, a consumer of this release would reach for it and fail.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from core.bounds import clip
 from core.subjects import FEATURES, LEDGER_PATH, release_history
 from core.wire import Finding, Severity
 
@@ -143,4 +147,38 @@ def ledger_findings(
                     f"{feature.since}): {feature.predates_effect}",
                 )
             )
+    return out
+
+
+def claimed_import_errors(
+    version: str | None,
+    findings: list[Finding],
+    ledger: tuple[LedgerFeature, ...] | None = None,
+) -> list[Finding]:
+    """``findings`` with each ``import_error`` of a subject this version should have an error."""
+    try:
+        reported = Version(version or "")
+    except InvalidVersion:
+        return findings
+    out: list[Finding] = []
+    for f in findings:
+        feature = next(
+            (
+                e
+                for e in (ledger if ledger is not None else load_ledger())
+                if e.subject == f.subject and claims(reported, Version(e.since))
+            ),
+            None,
+        )
+        if f.kind == "import_error" and f.severity != Severity.error and feature is not None:
+            f = f.model_copy(
+                update={
+                    "severity": Severity.error,
+                    "message": clip(
+                        f"{f.message} (reports {version}, and {feature.id} is documented from "
+                        f"{feature.since})"
+                    ),
+                }
+            )
+        out.append(f)
     return out

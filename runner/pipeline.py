@@ -195,6 +195,7 @@ class Pipeline:
         )
         if result.version:
             result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
+            result.findings = ledger.claimed_import_errors(result.version, result.findings)
         if self.opts.previous is not None:
             previous = self.opts.previous
             result.findings = regression.upgrade_import_errors(result.findings, previous)
@@ -347,6 +348,7 @@ class Pipeline:
                 self._skip_rest(pending, "install failed")
                 break
             if stage == Stage.probe and res.status in (
+                Status.fail,  # the candidate does not import: nothing later could run it
                 Status.error,
                 Status.timeout,
                 Status.crashed,

@@ -11,7 +11,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.wire import LOG_MAX_CHARS, Capability, Environment, Finding, Stage, StageResult, Status
+from core.bounds import fit, undeclared_configs
+from core.wire import (
+    LOG_MAX_CHARS,
+    Capability,
+    Environment,
+    Finding,
+    Stage,
+    StageResult,
+    Status,
+)
 from runner import redact, sandbox
 
 
@@ -30,7 +39,8 @@ class Result:
 
 
 def stage_from_doc(name: Stage, doc: dict[str, Any], duration: float) -> StageResult:
-    fields = {k: v for k, v in doc.items() if k in StageResult.model_fields and k != "name"}
+    """The stage's result, its texts clipped to the wire's bounds (``bounds.fit``)."""
+    fields = {k: v for k, v in fit(doc).items() if k in StageResult.model_fields and k != "name"}
     fields.setdefault("status", Status.error)
     return StageResult.model_validate({**fields, "name": name, "duration_s": duration})
 
@@ -42,11 +52,12 @@ def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult |
     table too large) makes the stage an error that says where, never a crash of the runner.
     """
     try:
-        return stage_from_doc(name, doc, duration)
+        result = stage_from_doc(name, doc, duration)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p)[:40] for p in err["loc"][:4])
         return f"{where}: {err['msg']} ({exc.error_count()} problems)"
+    return undeclared_configs(result) or result  # the service would refuse the post
 
 
 def failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:

@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect
 from service import (
     bisection_runs,
     blobsweep,
+    body_limits,
     db,
     github,
     headers,
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    body_limits.install(app)  # first: innermost, so the body deadline wraps what it reads
     limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine

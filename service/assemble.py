@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -44,6 +45,7 @@ from service.models import (
 )
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 _STAGE_INDEX = {s: i for i, s in enumerate(Stage)}
 
@@ -66,8 +68,16 @@ def build_status(build: Build) -> BuildStatus:
     )
 
 
+def stored(model: type[M], **values: Any) -> M:
+    """A model of rows the service stored, not validated again: they passed the runner
+    protocol's door when they came in, and a bound tightened since (or a NaN a report kept
+    before the door refused them) must not make an old build's report unreadable."""
+    return model.model_construct(**{k: v for k, v in values.items() if k in model.model_fields})
+
+
 def _stage_result(row: StageRow) -> StageResult:
-    return StageResult(
+    return stored(
+        StageResult,
         name=Stage(row.name),
         status=Status(row.status),
         reason=row.reason,
@@ -76,7 +86,7 @@ def _stage_result(row: StageRow) -> StageResult:
         log_tail=row.log_tail,
         timings=row.timings or {},
         checks=[
-            Check(name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
+            stored(Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
             for c in row.checks
         ],
     )
@@ -98,7 +108,8 @@ def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
     """
     out: dict[str, Capability] = {}
     for row in rows:
-        cap = Capability(
+        cap = stored(
+            Capability,
             importable=row.importable,
             knob=row.knob,
             present=row.present,
@@ -135,7 +146,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             attempt=j.attempt,
             status=JobState(j.state),
             reason=j.reason,
-            environment=Environment.model_validate(j.environment or {}),
+            environment=stored(Environment, **(j.environment or {})),
             stages=sorted(
                 (_stage_result(s) for s in j.stage_rows), key=lambda s: _STAGE_INDEX[s.name]
             ),
@@ -166,12 +177,12 @@ def build_report(session: Session, build: Build) -> BuildReport:
         findings=once_per_build(findings),
         jobs=job_reports,
         drift=[
-            DriftReport.model_validate(
-                {**_columns(d), "family": families.get(d.job_id) if d.job_id else None}
-            )
+            stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
             for d in drift
         ],
-        refusal=[RefusalReport.model_validate(_columns(r)) for r in refusal],
+        refusal=[
+            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)}) for r in refusal
+        ],
         history=history_rows(session, build.id),
     )
     return gate.conclude(report, require)
@@ -195,11 +206,13 @@ def once_per_build(rows: list[FindingRow]) -> list[Finding]:
         key = (row.kind, row.severity, row.subject, row.message)
         held = out.get(key)
         if held is None:
-            held = out[key] = Finding(
+            held = out[key] = stored(
+                Finding,
                 kind=row.kind,
                 severity=Severity(row.severity),
                 subject=row.subject,
                 message=row.message,
+                job_ids=[],
             )
         if row.job_id is not None and row.job_id not in held.job_ids:
             held.job_ids.append(row.job_id)

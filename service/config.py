@@ -40,9 +40,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     database_url: str | None = None
     submit_token: str | None = None
-    runner_token: str | None = None
+    runner_token: str | None = None  # registers runners, and only that
     webhook_secret: str | None = None
-    admin_token: str | None = None  # an operator's door: re-pinning a comparison point
+    # the operator's doors: revoking and reinstating runners, re-pinning a comparison point
+    admin_token: str | None = None
     repo_url: str = "https://github.com/NVIDIA/cudnn-frontend.git"
     branches: Annotated[list[str], NoDecode] = ["refs/heads/develop"]
     public_url: str = "http://127.0.0.1:8080"

@@ -56,12 +56,14 @@ def require_submitter(request: Request, settings: SettingsDep) -> str:
 
 
 def require_registration(request: Request, settings: SettingsDep) -> None:
+    """The registration token, which every runner host holds, registers a runner and only that."""
     if not same_secret(bearer(request), settings.runner_token):
         raise Unauthorized("invalid runner registration token")
 
 
 def require_admin(request: Request, settings: SettingsDep) -> None:
-    """The admin token opens the operator's doors (re-pinning a comparison point), nothing else."""
+    """The admin token opens the operator's doors (revoking and reinstating runners, re-pinning a
+    comparison point), nothing else; the registration token opens none of them."""
     if not same_secret(bearer(request), settings.admin_token):
         raise Unauthorized("invalid admin token")
 
@@ -81,3 +83,5 @@ def require_runner(request: Request, session: SessionDep) -> Runner:
 
 SubmitterDep = Annotated[str, Depends(require_submitter)]
 RunnerDep = Annotated[Runner, Depends(require_runner)]
+RegistrationDep = Annotated[None, Depends(require_registration)]
+AdminDep = Annotated[None, Depends(require_admin)]

@@ -12,6 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from core import regression
+from core.bounds import clip
 from core.wire import Capability, Finding, Severity, StageResult
 from service.assemble import merge_capabilities
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job
@@ -99,7 +100,7 @@ def add_line_findings(session: Session, build: Build, job: Job) -> None:
                 kind=finding.kind,
                 severity=finding.severity,
                 subject=finding.subject,
-                message=f"{finding.message} (previous build #{prev.id}, {prev.version})",
+                message=clip(f"{finding.message} (previous build #{prev.id}, {prev.version})"),
             )
         )
     del job

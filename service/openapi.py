@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from service import deps
+from service import body_limits, deps
 
 
 class ErrorDetail(BaseModel):
@@ -59,18 +59,15 @@ SECURITY_SCHEMES: dict[str, dict[str, str]] = {
     "admin": {
         "type": "http",
         "scheme": "bearer",
-        "description": "the operator's token: revoke and reinstate runners",
+        "description": "FE_CI_ADMIN_TOKEN, the operator's: revoke and reinstate runners, re-pin "
+        "a comparison point (the registration token, which every runner host holds, does not)",
     },
-}
-# Doors whose token is checked inside the route rather than by a dependency.
-_INLINE = {
-    "/api/runners/register": "runner",
-    "/api/runners/{runner_id}/revoke": "admin",
-    "/api/runners/{runner_id}/reinstate": "admin",
 }
 _DEPENDENCIES: dict[Callable[..., Any], str] = {
     deps.require_submitter: "submit",
     deps.require_runner: "runner",
+    deps.require_registration: "runner",
+    deps.require_admin: "admin",
 }
 
 
@@ -96,8 +93,6 @@ def _api_routes(app: FastAPI) -> Iterator[tuple[str, APIRoute]]:
 
 
 def _door(path: str, route: APIRoute) -> str | None:
-    if path in _INLINE:
-        return _INLINE[path]
     pending = list(route.dependant.dependencies)
     while pending:
         dep = pending.pop()
@@ -139,6 +134,8 @@ def document(app: FastAPI) -> dict[str, Any]:
                 _add(responses, 401)
             if door == "runner" and path != "/api/runners/register":  # a revoked runner
                 _add(responses, 403)
+            if method == "POST" and body_limits.limit_for(path) is not None:
+                _add(responses, 413)
     return schema
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from core import remembered
 from core.wire import Check, Environment, RememberedConfig, Stage, Status
+from service.assemble import stored
 from service.models import ChosenConfig, Job, StageRow, utcnow
 
 log = logging.getLogger("fe_ci.memory")
@@ -28,13 +30,15 @@ def remember(session: Session, job: Job) -> list[RememberedConfig]:
     if row is None or job.family is None:
         return []
     checks = [
-        Check(name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics or {})
+        stored(
+            Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics or {}
+        )
         for c in row.checks
     ]
     chosen = remembered.chosen(
         checks,
         family=job.family,
-        environment=Environment.model_validate(job.environment or {}),
+        environment=stored(Environment, **(job.environment or {})),
         build_id=job.build_id,
     )
     for entry in chosen:
@@ -79,14 +83,19 @@ def start_configs(session: Session, family: str | None) -> list[RememberedConfig
         .order_by(ChosenConfig.updated_at.desc(), ChosenConfig.id.desc())
         .limit(MAX_IN_LEASE)
     )
-    return [
-        RememberedConfig(
-            subject=r.subject,
-            family=r.family,
-            gpu=r.gpu or None,
-            cudnn_backend=r.cudnn_backend or None,
-            config=r.config,
-            build_id=r.build_id,
-        )
-        for r in rows
-    ]
+    out = []
+    for r in rows:
+        try:  # a row stored before configs were checked, or of a config since removed
+            out.append(
+                RememberedConfig(
+                    subject=r.subject,
+                    family=r.family,
+                    gpu=r.gpu or None,
+                    cudnn_backend=r.cudnn_backend or None,
+                    config=r.config,
+                    build_id=r.build_id,
+                )
+            )
+        except ValidationError:
+            log.info("event=config_not_leased subject=%s config=%.80r", r.subject, r.config)
+    return out

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "submit-token-for-tests"
 REGISTER = "runner-token-for-tests"
 WEBHOOK = "webhook-secret-for-tests"
+ADMIN = "admin-token-for-tests"
 
 
 def free_port() -> int:
@@ -37,6 +38,7 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
             "FE_CI_SUBMIT_TOKEN": SUBMIT,
             "FE_CI_RUNNER_TOKEN": REGISTER,
             "FE_CI_WEBHOOK_SECRET": WEBHOOK,
+            "FE_CI_ADMIN_TOKEN": ADMIN,
             "FE_CI_GPU_ARCHS": "",
             "FE_CI_CACHE_DIR": str(data_dir.parent / "runner-cache"),
             "FE_CI_RUNNER_LABELS": "",

@@ -104,6 +104,14 @@ SEGFAULT = (
 )
 
 
+# A candidate whose ``import cudnn`` raises: a broken build (a verdict of fail, never a pass).
+BROKEN = "raise RuntimeError('cudnn was built without its kernels')\n"
+# ... raises as a release before 1.15.0 does on a host without libcudnn (the host's gap).
+NO_LIBCUDNN = (
+    "raise OSError('libcudnn.so.8: cannot open shared object file: No such file or directory')\n"
+)
+
+
 def sleepy(seconds: float) -> str:
     """A candidate whose import takes ``seconds``: long enough to act on a runner mid-job."""
     return f"import time\ntime.sleep({seconds})\n"

@@ -1,5 +1,6 @@
 """Attacks on a real ``fe-ci serve`` on 127.0.0.1: a zip whose central directory is larger than its
-end record says, slow and vanishing clients, too many uploads at once, HEAD and page headers."""
+end record says, slow and vanishing clients, too many uploads at once, runner bodies past their
+limit, HEAD and page headers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service import wheelcheck
+from service import body_limits, wheelcheck
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_directory_bomb
 from tests.helpers import CHROMIUM, chromium
@@ -237,6 +238,59 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
     assert log.count("event=client_gone") >= 2, log[-3000:]
     assert "Traceback" not in log and "unhandled_error" not in log, log[-3000:]
     assert service.count("builds") == 0
+
+
+# ---------------------------------------------------------------- runner bodies past their limit
+
+
+def runner_head(path: str, extra: str) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-a-runner\r\n"
+        f"Content-Type: application/json\r\n{extra}\r\n"
+    ).encode()
+
+
+def answer_of(data: bytes) -> tuple[int, dict]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in head.lower():
+        size, _, rest = body.partition(b"\r\n")
+        body = rest[: int(size, 16)]
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Service) -> None:
+    """Was: a 150 MB stage post was read whole (RSS 146 -> 600 MB) before anything looked at it;
+    an 8 MB runner label registered. A declared length past the route's limit is refused before
+    a byte of the body arrives; a chunked body as soon as it passes the limit."""
+    over = body_limits.REPORT_BYTES + 1
+    cases = [
+        ("/api/jobs/1/stages", f"Content-Length: {over}\r\n"),
+        ("/api/jobs/1/finish", f"Content-Length: {150 << 20}\r\n"),
+        ("/api/runners/register", f"Content-Length: {8 << 20}\r\n"),
+        ("/api/jobs/1/heartbeat", f"Content-Length: {body_limits.SMALL_BYTES + 1}\r\n"),
+    ]
+    documented = httpx.get(f"{service.url}/openapi.json").json()["paths"]
+    for path, length in cases:
+        status, body = answer_of(read_all(raw(service, runner_head(path, length), b"{")))
+        assert status == 413, (path, body)
+        assert "413" in documented[path.replace("/1/", "/{job_id}/")]["post"]["responses"]
+        assert body["error"]["code"] == "payload_too_large", body
+        assert set(body["error"]["detail"]) == {"limit_bytes"}
+    # chunked: no length to refuse up front; the service stops at the limit, not at the end
+    sock = raw(service, runner_head("/api/jobs/1/stages", "Transfer-Encoding: chunked\r\n"))
+    chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
+    sent = 0
+    try:
+        for _ in range(64):  # 64 MiB at most; refused after 8
+            sock.sendall(chunk)
+            sent += 1
+    except OSError:
+        pass  # closed on us: the answer is already waiting
+    status, body = answer_of(read_all(sock))
+    assert status == 413 and body["error"]["code"] == "payload_too_large", body
+    assert sent < 64
+    assert service.count("runners") == 0 and service.count("stages") == 0
+    assert httpx.get(f"{service.url}/healthz").status_code == 200
 
 
 # ---------------------------------------------------------------- HEAD and page headers

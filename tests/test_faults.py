@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from testkit.service import Service
-from testkit.wheels import HANG, SEGFAULT, make_wheel
+from testkit.wheels import BROKEN, HANG, SEGFAULT, make_wheel
 from tests.helpers import processes_in, submit_wheel, wait_for
 
 
@@ -48,6 +48,27 @@ def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
     assert r2["verdict"] == "error"
     # nothing of the hung stage survives: no process still runs in this test's job directories
     assert processes_in(jobs_dir(svc)) == []
+
+
+def test_a_wheel_whose_cudnn_import_raises_fails_on_a_cpu_only_service(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Was ``pass``: with no subject importable, every one was not applicable."""
+    svc: Service = make_service()
+    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "1.32.0", BROKEN))
+    runner = start_runner(svc, tmp_path, "--once")
+    try:
+        r = wait_for(svc, build_id, lambda r: r["status"] == "finished")
+    finally:
+        runner.wait(timeout=120)
+    assert r["verdict"] == "fail", r["verdict_reason"]
+    (probe,) = [c for c in r["causes"] if c["kind"] == "stage" and c["name"] == "probe"]
+    assert probe["status"] == "fail"
+    assert probe["reason"].startswith("the candidate is unusable: import cudnn raised"), probe
+    (whole,) = [f for f in r["findings"] if f["subject"] is None]
+    assert (whole["kind"], whole["severity"]) == ("import_error", "error")
+    assert "RuntimeError: cudnn was built without its kernels" in whole["message"]
+    assert stage(r, "probe")["status"] == "fail"
 
 
 def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -169,12 +169,19 @@ def test_validate_previous_compares_two_reports_by_the_same_rule() -> None:
 
 
 def test_a_malformed_or_oversized_measurement_is_stored_but_never_compared(gpu_service) -> None:  # type: ignore[no-untyped-def]
-    """What a runner posts comes from outside: bad shapes cost nothing and break nothing."""
+    """What a runner posts comes from outside: bad shapes cost nothing and break nothing. One
+    whose metrics are past the door's bounds is refused there (and stores nothing); one within
+    them that is not a measurement is stored but never compared."""
     svc, gpu, wheel = gpu_service
     gpu_build(svc, gpu, wheel, measured())
+    stage = measured(nudge=1e-3)
+    huge = {"values": [0.0] * 100_000, "stride": 1, "numel": 100_000}  # far past the sample size
+    stage["checks"][0]["metrics"]["sample"]["out"] = huge
+    with pytest.raises(AssertionError, match="more than 100000 values"):
+        gpu_build(svc, gpu, wheel, stage)
     for bad in (
         {"values": ["1.5"] * 4, "stride": 1, "numel": 4},  # numbers as text
-        {"values": [0.0] * 100_000, "stride": 1, "numel": 100_000},  # far past the sample size
+        {"values": [0.0] * 1000, "stride": 1, "numel": 1000},  # past the sample size
     ):
         stage = measured(nudge=1e-3)
         stage["checks"][0]["metrics"]["comparison"]["sample"]["out"] = bad

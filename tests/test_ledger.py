@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 
 from core.subjects import FEATURES, LEDGER_PATH, Feature
-from core.wire import Severity
+from core.wire import Finding, Severity
 from runner import ledger
 
 DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
@@ -58,6 +58,30 @@ def test_agreement_gives_nothing(version: str, has: bool) -> None:
 @pytest.mark.parametrize("version", ["1.27.0", "1.28.0", "1.28.0.dev0"])
 def test_unknown_features_give_nothing(version: str) -> None:
     assert ledger.ledger_findings(version, {DSRELU: None}) == []
+
+
+def test_an_import_error_of_a_subject_the_release_should_have_is_an_error() -> None:
+    """Unread (None) above gives nothing; but a subject the build has and cannot import, in a
+    release the ledger documents its knob for, is an error: a consumer of that release would
+    reach for it. Before its release, or for an unparseable version, it stays as it was."""
+    broken = Finding(
+        kind="import_error", severity=Severity.warning, subject="grouped_gemm_dsrelu", message="m"
+    )
+    other = Finding(
+        kind="knob_unreadable",
+        severity=Severity.warning,
+        subject="grouped_gemm_dsrelu",
+        message="k",
+    )
+    (up, same) = ledger.claimed_import_errors("1.28.0", [broken, other])
+    assert (up.kind, up.severity) == ("import_error", Severity.error)
+    assert up.message == f"m (reports 1.28.0, and {DSRELU} is documented from 1.28.0)"
+    assert same == other
+    for version in ("1.27.0", "1.28.0.dev0", "not a version", None):
+        assert ledger.claimed_import_errors(version, [broken]) == [broken]
+    flex = broken.model_copy(update={"subject": "flex_attention_bwd"})  # documented from 1.29.0
+    assert ledger.claimed_import_errors("1.28.0", [flex]) == [flex]
+    assert ledger.claimed_import_errors("1.29.0", [flex])[0].severity == Severity.error
     assert ledger.ledger_findings(version, {}) == []
 
 

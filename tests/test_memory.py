@@ -17,6 +17,7 @@ import torch
 
 from core import remembered
 from core.comparable import ComparableKey, ConfigKey, normalize_backend
+from core.subjects import SUBJECTS
 from core.wire import BuildReport, JobLease
 from runner import validate_cli
 from runner.inside import measure, plan
@@ -25,6 +26,11 @@ from tests.fakesubjects import FakeSubject, Reduction, floats, integers
 from tests.helpers import register, report, submit_wheel
 
 H200 = {"gpu": "NVIDIA H200", "cudnn_backend": "9.19.0"}
+# The fake measures under a real subject's name and configs: the service remembers only configs
+# the registry declares for a subject. Its three, small to large, stand for steady integer sums
+# (never vary), a float sum that varies until the test holds it steady, and one that always does.
+SUBJECT = "sdpa_bwd"
+INTS, SMALL, LARGE = SUBJECTS[SUBJECT].config_names[:3]
 
 
 def _claim_gpu(runner: httpx.Client) -> JobLease:
@@ -70,23 +76,23 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
 ) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="sm_90")
     runner = register(svc, "h200", arch="sm_90", gpu="NVIDIA H200")
-    steady = {"small": False}
+    steady = {SMALL: False}
     made = {
-        "ints": lambda: Reduction(*integers(4096)),
-        "small": lambda: Reduction(*(integers(2048) if steady["small"] else floats(2048, 5))),
-        "large": lambda: Reduction(*floats(8192, 6)),
+        INTS: lambda: Reduction(*integers(4096)),
+        SMALL: lambda: Reduction(*(integers(2048) if steady[SMALL] else floats(2048, 5))),
+        LARGE: lambda: Reduction(*floats(8192, 6)),
     }
 
     def subject() -> FakeSubject:
-        return FakeSubject(lambda n: made[n](), names=tuple(made))
+        return FakeSubject(lambda n: made[n](), names=tuple(made), name=SUBJECT)
 
-    # build 1: nothing remembered; escalates ints -> small. The probe spells the backend 91900.
+    # build 1: nothing remembered; escalates INTS -> SMALL. The probe spells the backend 91900.
     b1 = submit_wheel(svc)
     lease = _claim_gpu(runner)
     assert lease.build_id == b1 and lease.start_configs == []
     first = subject()
     check = _measure(first, lease, H200)
-    assert first.prepared == ["ints", "small"] and check["metrics"]["start"] is None
+    assert first.prepared == [INTS, SMALL] and check["metrics"]["start"] is None
     _post_and_finish(runner, lease, check, {"gpu": "NVIDIA H200", "cudnn_backend": "91900"})
 
     # build 2: the lease carries build 1's config for this GPU and backend; kept, no escalation
@@ -95,11 +101,11 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     assert lease.build_id == b2
     assert [r.model_dump() for r in lease.start_configs] == [
         {
-            "subject": "cpu_reduction",
+            "subject": SUBJECT,
             "family": "sm_90",
             "gpu": "NVIDIA H200",
             "cudnn_backend": "9.19.0",
-            "config": "small",
+            "config": SMALL,
             "build_id": b1,
         }
     ]
@@ -111,54 +117,54 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     )
     second = subject()
     check = _measure(second, lease, H200)
-    assert second.prepared == ["small"]
+    assert second.prepared == [SMALL]
     assert check["metrics"]["start"] == {
-        "config": "small",
+        "config": SMALL,
         "build_id": b1,
         "outcome": "kept",
-        "chosen": "small",
+        "chosen": SMALL,
     }
     _post_and_finish(runner, lease, check, {**H200})
     page = httpx.get(f"{svc.url}/builds/{b2}").text
-    assert f"remembered config small from build #{b1}" in page
+    assert f"remembered config {SMALL} from build #{b1}" in page
     shown = report(svc, b2)["jobs"]
     gpu_job = next(j for j in shown if j["kind"] == "gpu")
     (det,) = [s for s in gpu_job["stages"] if s["name"] == "determinism"]
     assert det["checks"][0]["metrics"]["start"]["outcome"] == "kept"
 
     # build 3: the remembered config stopped varying; the walk goes up, never down
-    steady["small"] = True
+    steady[SMALL] = True
     b3 = submit_wheel(svc)
     lease = _claim_gpu(runner)
-    assert [(r.config, r.build_id) for r in lease.start_configs] == [("small", b2)]
+    assert [(r.config, r.build_id) for r in lease.start_configs] == [(SMALL, b2)]
     third = subject()
     check = _measure(third, lease, H200)
-    assert third.prepared == ["small", "large"]
+    assert third.prepared == [SMALL, LARGE]
     assert check["metrics"]["start"]["outcome"] == "escalated"
-    assert check["metrics"]["config"]["name"] == "large"
+    assert check["metrics"]["config"]["name"] == LARGE
     _post_and_finish(runner, lease, check, {**H200})
 
     # build 4 starts where build 3 ended
     submit_wheel(svc)
     lease = _claim_gpu(runner)
-    assert [(r.config, r.build_id) for r in lease.start_configs] == [("large", b3)]
+    assert [(r.config, r.build_id) for r in lease.start_configs] == [(LARGE, b3)]
     with svc.db() as conn:
         rows = conn.execute(
             "SELECT subject, family, gpu, cudnn_backend, config, build_id FROM chosen_configs"
         ).fetchall()
-    assert rows == [("cpu_reduction", "sm_90", "NVIDIA H200", "9.19.0", "large", b3)]
+    assert rows == [(SUBJECT, "sm_90", "NVIDIA H200", "9.19.0", LARGE, b3)]
 
     # fe-ci validate --previous REPORT: the report's configs, the same way
     path = tmp_path / "previous.json"
     path.write_text(json.dumps(report(svc, b3)))
     _caps, remembered, _report = validate_cli._load_previous(path)
     assert [(r.subject, r.config, r.build_id, r.gpu) for r in remembered] == [
-        ("cpu_reduction", "large", b3, "NVIDIA H200")
+        (SUBJECT, LARGE, b3, "NVIDIA H200")
     ]
 
 
 def test_a_config_whose_control_never_varied_is_not_remembered() -> None:
-    subject = FakeSubject(lambda _n: Reduction(*integers(1024)), names=("ints",))
+    subject = FakeSubject(lambda _n: Reduction(*integers(1024)), names=(INTS,), name=SUBJECT)
     settings = measure.Settings(repeats=4, max_repeats=8)
     out = measure.measure_subject(subject, torch.device("cpu"), settings)
     assert out.check["status"] == "inconclusive"

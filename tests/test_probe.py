@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 slow = pytest.mark.slow  # installs and probes real registry releases
 
 
-def run_probe(python: Path, out_dir: Path, extra_path: Path | None = None) -> dict[str, Any]:
+def run_probe(
+    python: Path, out_dir: Path, extra_path: Path | None = None, status: str = "pass"
+) -> dict[str, Any]:
     out = out_dir / f"probe-{len(list(out_dir.glob('probe-*')))}.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), str(ROOT)])
@@ -44,7 +46,7 @@ def run_probe(python: Path, out_dir: Path, extra_path: Path | None = None) -> di
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc: dict[str, Any] = json.loads(out.read_text())
-    assert doc["status"] == "pass", doc
+    assert doc["status"] == status, doc
     StageResult.model_validate({"name": Stage.probe, **doc})  # the shape the runner reads
     assert documents.problems("probe", doc) == []
     return doc
@@ -300,9 +302,13 @@ def test_an_environment_without_torch_is_an_error_not_a_pass(tmp_path: Path) -> 
     assert doc["status"] == "error" and "torch does not import" in doc["reason"], doc
     assert "No module named 'torch'" in doc["reason"]
     StageResult.model_validate({"name": Stage.probe, **doc})
-    # asked of a bare interpreter (--preinstalled), the probe reports what it can, torch aside
-    doc = run_probe(venv / "bin" / "python", tmp_path)
+    # asked of a bare interpreter (--preinstalled), the probe reports what it can, torch aside;
+    # with no cudnn there either, that fails: nothing a consumer could use
+    doc = run_probe(venv / "bin" / "python", tmp_path, status="fail")
     assert any(u.startswith("torch: ModuleNotFoundError") for u in doc["unread"]), doc["unread"]
+    (whole,) = [f for f in doc["findings"] if f["subject"] is None]
+    assert (whole["kind"], whole["severity"]) == ("import_error", "error")
+    assert "no cudnn package in this environment" in whole["message"]
 
 
 def test_the_determinism_stage_reads_a_knob_as_the_probe_does(

@@ -101,6 +101,40 @@ def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service) -> 
     assert [s["name"] for s in r["jobs"][0]["stages"]] == ["probe"]
 
 
+def test_an_expired_lease_is_refused_at_once_whether_or_not_the_sweeper_ran(make_service) -> None:  # type: ignore[no-untyped-def]
+    """Was: posts and heartbeats after the lease ran out were accepted, and a heartbeat extended
+    it, until the sweeper came round. The sweeper does not run here (once an hour)."""
+    svc = make_service(FE_CI_LEASE_SECONDS="1", FE_CI_SWEEP_INTERVAL_S="3600")
+    submit_wheel(svc)
+    runner = register(svc, "late")
+    lease = runner.post("/api/jobs/claim", json={}).json()
+    job, token = lease["job_id"], lease["lease_token"]
+    time.sleep(1.5)  # past the 1 s lease, with no heartbeat
+
+    def expires() -> str:
+        with svc.db() as conn:
+            row = conn.execute("SELECT state, lease_expires_at FROM jobs WHERE id = ?", (job,))
+            state, at = row.fetchone()
+        assert state == "leased"  # nobody requeued it: only the check at the door refuses
+        return str(at)
+
+    held = expires()
+    calls = [
+        ("heartbeat", {"lease_token": token}),
+        ("stages", stage_body(token)),
+        ("finish", {"lease_token": token}),
+    ]
+    for route, body in calls:
+        resp = runner.post(f"/api/jobs/{job}/{route}", json=body)
+        assert resp.status_code == 409, (route, resp.text)
+        error = resp.json()["error"]
+        assert error["code"] == "stale_lease" and "expired" in error["message"], error
+    resp = runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": token})
+    assert resp.status_code == 409
+    assert expires() == held  # the refused heartbeat did not extend it
+    assert svc.count("stages") == 0
+
+
 def test_third_expiry_ends_the_job_in_error(make_service) -> None:  # type: ignore[no-untyped-def]
     svc = make_service(FE_CI_LEASE_SECONDS="1", FE_CI_SWEEP_INTERVAL_S="0.2")
     build_id = submit_wheel(svc)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 
-from testkit.service import REGISTER, ROOT, Service
+from testkit.service import ADMIN, REGISTER, ROOT, Service, service_env
 
 AUTH = {"Authorization": f"Bearer {REGISTER}"}
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 
 def register(svc: Service, name: str, **extra: object) -> httpx.Response:
@@ -47,7 +48,7 @@ def test_a_revoked_name_stays_revoked_until_an_operator_lifts_it(service: Servic
     first = register(service, "r1").json()
     assert (
         httpx.post(
-            f"{service.url}/api/runners/{first['runner_id']}/revoke", headers=AUTH
+            f"{service.url}/api/runners/{first['runner_id']}/revoke", headers=ADMIN_AUTH
         ).status_code
         == 204
     )
@@ -60,7 +61,7 @@ def test_a_revoked_name_stays_revoked_until_an_operator_lifts_it(service: Servic
     # the operator lifts it: the name may register again; the revoked token stays dead
     assert (
         httpx.post(
-            f"{service.url}/api/runners/{first['runner_id']}/reinstate", headers=AUTH
+            f"{service.url}/api/runners/{first['runner_id']}/reinstate", headers=ADMIN_AUTH
         ).status_code
         == 204
     )
@@ -125,3 +126,34 @@ def test_a_name_whose_runner_stopped_cleanly_registers_again(service: Service) -
     again = register(service, "r3")
     assert again.status_code == 200, again.text
     assert claim(service, old["token"]) == 401
+
+
+def test_revoking_needs_the_admin_token_which_registers_nothing(tmp_path: Path) -> None:
+    """Was: revoke and reinstate took the registration token, which every runner host holds, so
+    any runner could revoke the others. Unset, the admin token is generated into the data dir's
+    tokens.env (0600), like the others."""
+    env = service_env(tmp_path / "data")
+    del env["FE_CI_ADMIN_TOKEN"]
+    svc = Service(data_dir=tmp_path / "data", env=env).start()
+    try:
+        runner = register(svc, "r1").json()
+        revoke = f"{svc.url}/api/runners/{runner['runner_id']}/revoke"
+        for token in (REGISTER, runner["token"], ADMIN):  # ADMIN: not this service's
+            resp = httpx.post(revoke, headers={"Authorization": f"Bearer {token}"})
+            assert resp.status_code == 401, resp.text
+            assert resp.json()["error"]["message"] == "invalid admin token"
+        assert claim(svc, runner["token"]) == 204  # still works: nothing was revoked
+        saved = (tmp_path / "data" / "tokens.env").read_text()
+        (admin,) = [ln.split("=", 1)[1] for ln in saved.splitlines() if "ADMIN_TOKEN" in ln]
+        assert (tmp_path / "data" / "tokens.env").stat().st_mode & 0o777 == 0o600
+        resp = httpx.post(
+            f"{svc.url}/api/runners/register",
+            json={"name": "r2", "labels": {}},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert resp.status_code == 401  # the admin token does not register
+        resp = httpx.post(revoke, headers={"Authorization": f"Bearer {admin}"})
+        assert resp.status_code == 204
+        assert claim(svc, runner["token"]) == 403
+    finally:
+        svc.stop()

@@ -118,3 +118,31 @@ def test_a_report_is_computed_once_per_job_event_and_never_on_a_read(tmp_path: P
         assert _computed(svc, build_id) == 2
     finally:
         svc.stop()
+
+
+def test_a_report_stored_before_the_doors_bounds_is_still_read(service: Service) -> None:
+    """A finished build whose stored report and rows hold a text past today's bounds (kept
+    before the runner protocol refused such posts): its page, JUnit and API still answer, from
+    the rows, instead of failing to read the stored report."""
+    runner = register(service, "r1")
+    build_id = submit_wheel(service)
+    _finish_cpu_job(runner)
+    old = "kept before the bounds " + "x" * (1 << 20)
+    with service.db() as conn:
+        (body,) = conn.execute(
+            "SELECT body FROM finished_reports WHERE build_id = ?", (build_id,)
+        ).fetchone()
+        stored = json.loads(body)
+        stored["jobs"][0]["stages"][0]["reason"] = old
+        conn.execute(
+            "UPDATE finished_reports SET body = ? WHERE build_id = ?",
+            (json.dumps(stored), build_id),
+        )
+        conn.execute("UPDATE stages SET reason = ?", (old,))
+    page = httpx.get(f"{service.url}/builds/{build_id}")
+    assert page.status_code == 200 and "kept before the bounds" in page.text
+    junit = httpx.get(f"{service.url}/builds/{build_id}/junit.xml")
+    assert junit.status_code == 200 and b"kept before the bounds" in junit.content
+    api = httpx.get(f"{service.url}/api/builds/{build_id}")
+    assert api.status_code == 200 and api.json()["jobs"][0]["stages"][0]["reason"] == old
+    assert "event=stored_report_reassembled" in service.log_path.read_text()

@@ -24,6 +24,7 @@ from core.wire import (
 )
 from testkit.registry import candidate_env, registry_wheel
 from testkit.service import ROOT
+from testkit.wheels import BROKEN, NO_LIBCUDNN, make_wheel
 
 
 def fe_ci(
@@ -90,6 +91,41 @@ def test_a_relabelled_wheel_fails_on_the_ledger(tmp_path: Path) -> None:
     kinds = {(f["kind"], f["severity"]) for f in report["findings"]}
     assert ("version_feature_mismatch", "error") in kinds
     assert report["verdict"] == "fail"
+
+
+def test_a_wheel_whose_cudnn_does_not_import_fails(tmp_path: Path) -> None:
+    """Was ``pass`` on a CPU-only host: every subject became not applicable, and "everything
+    applicable ran and passed". Now the import error is a finding of severity error, the probe
+    fails and nothing after it runs; a host without libcudnn (which releases before 1.15.0 load at
+    import) makes it an error of the host instead: never a pass either way."""
+    out = tmp_path / "broken.json"
+    wheel = make_wheel(tmp_path / "w", "1.32.0", BROKEN)
+    proc = fe_ci("validate", str(wheel), "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "verdict: fail" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "fail"
+    stages = {s["name"]: s for s in report["jobs"][0]["stages"]}
+    assert stages["probe"]["status"] == "fail", stages["probe"]
+    assert (
+        stages["refusal"]["status"] == "skipped" and stages["refusal"]["reason"] == "probe failed"
+    )
+    (whole,) = [f for f in report["findings"] if f["subject"] is None]
+    assert (whole["kind"], whole["severity"]) == ("import_error", "error")
+    assert "RuntimeError: cudnn was built without its kernels" in whole["message"]
+    # 1.32.0 documents every subject's knob: each one it cannot import is an error too
+    per_subject = {f["subject"]: f["severity"] for f in report["findings"] if f["subject"]}
+    assert per_subject == {name: "error" for name in report["capabilities"]}, report["findings"]
+    assert not any(c["importable"] for c in report["capabilities"].values())
+
+    out = tmp_path / "host.json"
+    wheel = make_wheel(tmp_path / "w2", "1.10.0", NO_LIBCUDNN)
+    proc = fe_ci("validate", str(wheel), "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    probe = next(s for s in report["jobs"][0]["stages"] if s["name"] == "probe")
+    assert report["verdict"] == "error" and probe["status"] == "error", probe
+    assert "this host has none" in probe["reason"]
 
 
 def test_previous_report_turns_a_lost_knob_into_a_regression(tmp_path: Path) -> None:

@@ -40,9 +40,9 @@ def check_numerics(subject: str, workload: Workload, det: Arm, config: Config) -
                     f"{tol.rtol:g}*|ref| vs a float32 reference: max |err| {max_err:.3g}, "
                     f"worst err/bound {worst:.3g}" + ("" if finite else "; output not finite")
                 ),
-                "metrics": {
-                    "max_abs_err": max_err,
-                    "worst_ratio": worst,
+                "metrics": {  # JSON has no NaN or inf: a non-finite figure is null
+                    "max_abs_err": max_err if math.isfinite(max_err) else None,
+                    "worst_ratio": worst if math.isfinite(worst) else None,
                     "ref_max_abs": float(want.abs().max()) if want.numel() else 0.0,
                     "atol": tol.atol,
                     "rtol": tol.rtol,

@@ -11,6 +11,13 @@ claims (``ledger.json``). Problems are findings, never a crash.
 An entry point the build does not have at all (a module or attribute that does not exist in this
 release) is ``not_applicable``; one the build has but that fails to import (a missing dependency,
 a broken module) is an ``import_error`` finding as well.
+
+A build whose ``cudnn`` package itself does not import offers nothing: that is an ``import_error``
+of severity error (subject none) and the stage fails, so the build can never pass with every
+subject "not applicable" (unless a subject an extension keeps outside the package imports).
+Where the import failed only because this host has no cuDNN library (releases before 1.15.0 load
+it at import), nothing about the build could be read here: the stage is an ``error``, which says
+so.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
 from runner.inside.introspect import Absent, ImportFailed, describe, read_parameters, resolve
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
+MESSAGE_CHARS = 1000  # of an exception the candidate raised, in a finding or a reason
 
 
 def _first_entry_point(paths: list[str]) -> tuple[str, Any]:
@@ -110,11 +118,37 @@ def probe_subject(subject: Subject) -> dict[str, Any]:
 
 def _failed(exc: ImportFailed) -> str:
     if "." not in exc.name:
-        text = f"the {exc.name} package failed to import ({describe(exc.cause)})"
-        if isinstance(exc.cause, OSError) and "libcudnn" in str(exc.cause):
+        text = f"the {exc.name} package failed to import ({_said(exc.cause)})"
+        if _no_library(exc.cause):
             text += ": it loads the cuDNN library at import and this host has none"
         return text
-    return f"{exc.name} is in this build but failed to import ({describe(exc.cause)})"
+    return f"{exc.name} is in this build but failed to import ({_said(exc.cause)})"
+
+
+def _said(exc: BaseException) -> str:
+    """An exception the candidate raised, as a line of a report: its type and message, cut."""
+    text = describe(exc)
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _no_library(exc: BaseException) -> bool:
+    """The host lacks libcudnn, which the package loads at import: the host's gap, not a defect
+    of the build."""
+    return isinstance(exc, OSError) and "libcudnn" in str(exc)
+
+
+def _unimportable(exc: Absent | ImportFailed) -> tuple[str, str, FindingDoc | None]:
+    """(status, reason, finding) of a probe whose ``import cudnn`` failed."""
+    if isinstance(exc, ImportFailed) and _no_library(exc.cause):
+        return "error", f"nothing could be read on this host: {_failed(exc)}", None
+    if isinstance(exc, Absent):
+        why = f"there is no cudnn package in this environment ({_said(exc.cause)})"
+    else:
+        why = f"import cudnn raised {_said(exc.cause)}"
+    finding = _finding(
+        "import_error", "error", None, f"{why}: the build offers nothing a consumer can use"
+    )
+    return "fail", f"the candidate is unusable: {why}", finding
 
 
 def detect_feature(feature: Feature) -> tuple[bool | None, str | None]:
@@ -202,12 +236,12 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
         unread.append(f"distribution version: no {DISTRIBUTION} metadata in this environment")
     cudnn: Any | None = None
     unread_cudnn = ""
+    failed: Absent | ImportFailed | None = None
     try:
         cudnn = resolve("cudnn")
-    except Absent as exc:
-        unread_cudnn = f"cudnn: {exc}"
-    except ImportFailed as exc:
-        unread_cudnn = f"cudnn: {_failed(exc)}"
+    except (Absent, ImportFailed) as exc:
+        unread_cudnn = f"cudnn: {exc}" if isinstance(exc, Absent) else f"cudnn: {_failed(exc)}"
+        failed = exc
     if unread_cudnn:
         unread.append(unread_cudnn)
     capabilities: dict[str, Any] = {}
@@ -233,10 +267,16 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
     reason = f"probed {len(capabilities)} subjects; knobs present: " + (
         ", ".join(present) or "none"
     )
-    if cudnn is None:
+    status = "pass"
+    if failed is not None and not any(cap["importable"] for cap in capabilities.values()):
+        # nothing to offer: never a build that passes with every subject "not applicable" (a
+        # subject an extension keeps outside the cudnn package may still import without it)
+        status, reason, finding = _unimportable(failed)
+        findings[:0] = [finding] if finding else []
+    elif cudnn is None:
         reason += f" ({unread_cudnn})"
     return {
-        "status": "pass",
+        "status": status,
         "reason": reason,
         "version": version,
         "module_version": getattr(cudnn, "__version__", None) if cudnn is not None else None,

@@ -49,7 +49,7 @@ from service import (
     uploads,
 )
 from service.assemble import store_stage
-from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, require_registration
+from service.deps import AdminDep, IdPath, RegistrationDep, RunnerDep, SessionDep, SettingsDep
 from service.errors import (
     BadRequest,
     Conflict,
@@ -67,10 +67,9 @@ router = APIRouter(prefix="/api", tags=["runners"])
 
 @router.post("/runners/register", response_model=RunnerRegistered, responses=errors(400, 403, 409))
 def register_runner(
-    request: Request, body: RunnerRegister, session: SessionDep, settings: SettingsDep
+    _registration: RegistrationDep, body: RunnerRegister, session: SessionDep, settings: SettingsDep
 ) -> RunnerRegistered:
     """Exchange the registration token for this runner's own token (shown once, stored hashed)."""
-    require_registration(request, settings)
     token = secrets.token_urlsafe(32)
     runner = session.scalars(select(Runner).where(Runner.name == body.name)).first()
     if runner is None:
@@ -145,11 +144,8 @@ def _check_name_free(runner: Runner, replace: bool, lease_seconds: int) -> None:
 
 
 @router.post("/runners/{runner_id}/revoke", status_code=204)
-def revoke_runner(
-    request: Request, runner_id: IdPath, session: SessionDep, settings: SettingsDep
-) -> Response:
-    """Revoke a runner's token and its name (registration token required)."""
-    require_registration(request, settings)
+def revoke_runner(_admin: AdminDep, runner_id: IdPath, session: SessionDep) -> Response:
+    """Revoke a runner's token and its name (admin token)."""
     runner = _runner(session, runner_id)
     runner.revoked_at = utcnow()
     session.commit()
@@ -157,11 +153,9 @@ def revoke_runner(
 
 
 @router.post("/runners/{runner_id}/reinstate", status_code=204)
-def reinstate_runner(
-    request: Request, runner_id: IdPath, session: SessionDep, settings: SettingsDep
-) -> Response:
-    """Lift a revocation: the name may register again; the revoked token stays dead."""
-    require_registration(request, settings)
+def reinstate_runner(_admin: AdminDep, runner_id: IdPath, session: SessionDep) -> Response:
+    """Lift a revocation (admin token): the name may register again; the revoked token stays
+    dead."""
     runner = _runner(session, runner_id)
     runner.revoked_at = None
     runner.token_hash = queue.hash_token(secrets.token_urlsafe(32))  # known to nobody
@@ -279,6 +273,15 @@ def _leased_job(
         return job
     if job.state != JobState.leased:
         raise Conflict(f"job {job_id} is {job.state}")
+    expired = job.lease_expires_at
+    if expired is not None and expired <= utcnow():
+        # Refused at once, whether or not the sweeper has requeued the job yet: a late runner
+        # neither posts into an attempt that is over nor keeps it alive by heartbeating.
+        raise StaleLease(
+            f"job {job_id}: the lease of attempt {job.attempt} expired at "
+            f"{expired:%H:%M:%S} UTC; it goes back to the queue",
+            detail={"attempt": job.attempt, "lease_expires_at": expired.isoformat()},
+        )
     return job
 
 

@@ -10,6 +10,10 @@ suite's is its stage's ``duration_s``, shared evenly by its testcases. Statuses 
 (commit statuses call inconclusive an error too); ``skipped`` and ``not_applicable`` ->
 ``<skipped>`` with the reason.
 A failing or inconclusive check's text ends with the command that reproduces it.
+
+Whatever a report holds, the XML is well formed: every attribute and text passes ``_clean`` on
+the way out, which shows a character XML 1.0 cannot carry (a control character, a lone
+surrogate) as U+FFFD and cuts a name past ``NAME_CHARS`` or a text past ``TEXT_CHARS``.
 """
 
 from __future__ import annotations
@@ -21,12 +25,27 @@ from core.wire import BuildReport, Check, JobReport, JobState, Severity, StageRe
 
 _ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
 _SKIPS = {Status.skipped, Status.not_applicable}
-# Characters XML 1.0 cannot carry (ANSI escapes in a log tail, for one).
+# Characters XML 1.0 cannot carry (ANSI escapes in a log tail, for one; a lone surrogate).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+NAME_CHARS = 1024  # an attribute: a check's name, a classname, a message
+TEXT_CHARS = 65536  # an element's text: a detail, a log tail
+CUT = "\u2026[cut]"
 
 
-def _text(value: str) -> str:
+def _text(value: str, limit: int = TEXT_CHARS) -> str:
+    """``value`` as XML 1.0 can carry it: illegal characters shown as U+FFFD, cut at ``limit``."""
+    if len(value) > limit:
+        value = value[: limit - len(CUT)] + CUT
     return _NOT_XML.sub("\ufffd", value)
+
+
+def _clean(root: ET.Element) -> None:
+    """Every attribute and text of the tree made safe, whichever field it came from."""
+    for element in root.iter():
+        for key, value in element.attrib.items():
+            element.set(key, _text(value, NAME_CHARS))
+        if element.text:
+            element.text = _text(element.text)
 
 
 def _case(
@@ -38,7 +57,6 @@ def _case(
     seconds: float = 0.0,
 ) -> str:
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
-    detail = _text(detail)
     message = detail or status.value
     if status == Status.fail:
         ET.SubElement(case, "failure", message=message, type="fail").text = detail
@@ -46,9 +64,9 @@ def _case(
         ET.SubElement(case, "error", message=message, type=status.value).text = detail
     elif status in _SKIPS:
         said = detail.startswith(f"{status.value}:")
-        ET.SubElement(
-            case, "skipped", message=detail if said else f"{status.value}: {detail}".rstrip(": ")
-        )
+        # an empty reason is the status alone (a reason of its own may end in ": ")
+        shown = detail if said else f"{status.value}: {detail}" if detail else status.value
+        ET.SubElement(case, "skipped", message=shown)
     return status.value
 
 
@@ -66,18 +84,19 @@ def _job_name(job: JobReport) -> str:
 def _stage_suite(root: ET.Element, build: BuildReport, job: JobReport, stage: StageResult) -> None:
     classname = f"fe_ci.build{build.id}.{_job_name(job)}.{stage.name.value}"
     name = f"{_job_name(job)}/{stage.name.value}"
-    suite = ET.SubElement(root, "testsuite", name=name, time=f"{stage.duration_s:.3f}")
+    seconds = stage.duration_s or 0.0  # a stored row may hold none
+    suite = ET.SubElement(root, "testsuite", name=name, time=f"{seconds:.3f}")
     props = ET.SubElement(suite, "properties")
     for key, value in (
         ("job_id", str(job.id)),
         ("runner", job.runner or ""),
         ("stage_status", stage.status.value),
-        ("stage_reason", _text(stage.reason)),
+        ("stage_reason", stage.reason),
     ):
         ET.SubElement(props, "property", name=key, value=value)
     ET.SubElement(props, "property", name="verdict", value=build.verdict.value)
     cases = stage.checks or []
-    share = stage.duration_s / max(1, len(cases))
+    share = seconds / max(1, len(cases))
     outcomes = [
         _case(suite, classname, c.name, c.status, _with_repro(c, job), share) for c in cases
     ]
@@ -87,7 +106,7 @@ def _stage_suite(root: ET.Element, build: BuildReport, job: JobReport, stage: St
         )
     _count(suite, outcomes)
     if stage.log_tail:
-        ET.SubElement(suite, "system-out").text = _text(stage.log_tail)
+        ET.SubElement(suite, "system-out").text = stage.log_tail
 
 
 def _count(suite: ET.Element, outcomes: list[str]) -> None:
@@ -118,7 +137,7 @@ def _pending_suite(root: ET.Element, build: BuildReport, job: JobReport) -> None
 
 def junit_xml(build: BuildReport) -> bytes:
     title = f"fe-ci build {build.id} {build.version or ''}: {build.verdict.value}"
-    root = ET.Element("testsuites", name=_text(title))
+    root = ET.Element("testsuites", name=title)
     for job in build.jobs:
         for stage in job.stages:
             _stage_suite(root, build, job, stage)
@@ -150,4 +169,5 @@ def junit_xml(build: BuildReport) -> bytes:
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key, "0")) for s in suites)))
     root.set("time", f"{sum(float(s.get('time', '0')) for s in suites):.3f}")
+    _clean(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)

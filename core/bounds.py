@@ -1,0 +1,175 @@
+"""Bounds on what a runner reports: the types the wire's models are made of.
+
+A runner's posts come from outside the service, and much of them from the candidate's own code, so
+the protocol's models refuse (422, before anything is stored) what no honest runner sends: a
+number that is not finite, a negative count, a text longer than its column holds, an unbounded
+list or free-form document, a config a subject does not declare. The widths are those of the
+columns that store them (``service/models.py``): where the database would have truncated,
+refused (Postgres) or kept a megabyte (SQLite), the door refuses first.
+
+The runner keeps within them when it builds a result: ``clip`` for texts it did not write itself
+(a candidate's exception, pip's error lines), and ``fit`` for a candidate's stage document.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+from core.subjects import SUBJECTS
+
+if TYPE_CHECKING:
+    from core.wire import StageResult
+
+TEXT_CHARS = 8192  # reasons, details, messages, errors: a few KB, well past any honest one
+LOG_CHARS = 16384  # a log tail (the runner keeps 4,000 bytes of one)
+NAME_CHARS = 200  # check names, entry points, GPU models, config names
+SHORT_CHARS = 64  # subjects, kinds, knobs, label names
+MAX_COUNT = 1_000_000  # runs and their tallies (the determinism stage stops at 64 by default)
+MAX_SECONDS = 30 * 24 * 3600.0
+JSON_DEPTH = 12  # a check's metrics, a drift row's config, a refusal row's call
+JSON_NODES = 100_000
+
+Name = Annotated[str, StringConstraints(max_length=NAME_CHARS)]
+Phrase = Annotated[str, StringConstraints(max_length=100)]  # a version, a knob's default
+Short = Annotated[str, StringConstraints(max_length=SHORT_CHARS)]
+Term = Annotated[str, StringConstraints(max_length=32)]  # an output, a request, a stop reason
+Word = Annotated[str, StringConstraints(max_length=16)]  # an arm, a method, an activation
+Text = Annotated[str, StringConstraints(max_length=TEXT_CHARS)]
+LogText = Annotated[str, StringConstraints(max_length=LOG_CHARS)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+# A runner's labels: arch=sm_90, gpu=NVIDIA H200, builder=1; a few short words, never a document.
+Labels = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=SHORT_CHARS)], Name],
+    Field(max_length=32),
+]
+
+
+def _walk(value: Any, depth: int, seen: list[int]) -> None:
+    seen[0] += 1
+    if seen[0] > JSON_NODES:
+        raise ValueError(f"more than {JSON_NODES} values")
+    if depth > JSON_DEPTH:
+        raise ValueError(f"nested deeper than {JSON_DEPTH}")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise ValueError("an integer past 64 bits")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite number")
+        return
+    if isinstance(value, str):
+        if len(value) > TEXT_CHARS:
+            raise ValueError(f"a text of {len(value)} characters (at most {TEXT_CHARS})")
+        _unicode(value)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or len(key) > NAME_CHARS:
+                raise ValueError(f"a key longer than {NAME_CHARS} characters")
+            _unicode(key)
+            _walk(item, depth + 1, seen)
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _walk(item, depth + 1, seen)
+        return
+    raise ValueError(f"a {type(value).__name__} is not a JSON value")
+
+
+def _unicode(text: str) -> None:
+    """Text a database can store: no lone surrogate (JSON's ``"\\ud800"`` decodes to one)."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise ValueError("a text that is not valid Unicode (a lone surrogate)") from None
+
+
+def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A free-form document (a check's metrics): finite numbers, bounded texts, depth and size."""
+    _walk(value, 0, [0])
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(bounded_json)]
+
+
+def clip(text: str, limit: int = TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying so."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    for _ in range(2):  # the note's own length counts against the limit
+        note = f" [... {cut} more characters cut]"
+        cut = len(text) - (limit - len(note))
+    return text[: limit - len(note)] + note
+
+
+def fit(doc: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's stage document within the text bounds, with non-finite numbers as null.
+
+    What the candidate writes is clipped rather than refused where only its length or a NaN is
+    wrong (an exception's long message, the max |err| of an all-NaN output): the stage's status
+    and checks still stand. A name too long, a count out of range or a config the subject does
+    not declare are still refused.
+    """
+    out = {k: _fit(v) for k, v in doc.items() if k != "log_tail"}
+    if isinstance(doc.get("log_tail"), str):
+        out["log_tail"] = doc["log_tail"][-LOG_CHARS:]  # a tail keeps its end
+    return out
+
+
+def _fit(value: Any) -> Any:
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _fit(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fit(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- config names
+
+
+def config_names(metrics: dict[str, Any]) -> list[object]:
+    """The config names a check's metrics report (``config.name`` and ``config_name``)."""
+    found: list[object] = []
+    config = metrics.get("config")
+    if isinstance(config, dict) and "name" in config:
+        found.append(config["name"])
+    if "config_name" in metrics:
+        found.append(metrics["config_name"])
+    return found
+
+
+def undeclared(subject: str, names: Iterable[object]) -> str | None:
+    """Why ``names`` are not all configs ``subject`` declares in the registry, or None."""
+    declared = SUBJECTS[subject].config_names if subject in SUBJECTS else None
+    for name in names:
+        if declared is None:
+            return f"{subject[:SHORT_CHARS]!r} is not a subject of the registry"
+        if name not in declared:
+            shown = str(name)[:NAME_CHARS]
+            return f"{shown!r} is not a config of {subject}; it declares {', '.join(declared)}"
+    return None
+
+
+def undeclared_configs(result: StageResult) -> str | None:
+    """Why a config a check or drift row names is not one its subject declares, or None: the
+    next lease of the family would otherwise start from whatever a runner made up."""
+    named = [(c.name.partition(".")[0], config_names(c.metrics)) for c in result.checks]
+    named += [(d.subject, [d.config["name"]] if "name" in d.config else []) for d in result.drift]
+    return next((why for subject, names in named if (why := undeclared(subject, names))), None)
