@@ -176,7 +176,7 @@ def test_a_malformed_or_oversized_measurement_is_stored_but_never_compared(gpu_s
     gpu_build(svc, gpu, wheel, measured())
     stage = measured(nudge=1e-3)
     huge = {"values": [0.0] * 100_000, "stride": 1, "numel": 100_000}  # far past the sample size
-    stage["checks"][0]["metrics"]["sample"]["out"] = huge
+    stage["checks"][0]["metrics"]["comparison"]["sample"]["out"] = huge
     with pytest.raises(AssertionError, match="more than 100000 values"):
         gpu_build(svc, gpu, wheel, stage)
     for bad in (
