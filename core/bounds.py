@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field, StringConstraints
@@ -155,21 +156,33 @@ def config_names(metrics: dict[str, Any]) -> list[object]:
     return found
 
 
-def undeclared(subject: str, names: Iterable[object]) -> str | None:
-    """Why ``names`` are not all configs ``subject`` declares in the registry, or None."""
-    declared = SUBJECTS[subject].config_names if subject in SUBJECTS else None
+@dataclass(frozen=True)
+class Undeclared:
+    """A config name its subject does not declare (``known`` None: no such subject)."""
+
+    subject: str
+    config: str
+    known: tuple[str, ...] | None
+
+    def __str__(self) -> str:
+        if self.known is None:
+            return f"{self.subject!r} is not a subject of the registry"
+        names = ", ".join(self.known) or "none declared"
+        return f"{self.subject} has no config {self.config!r}; known configs: {names}"
+
+
+def undeclared(subject: str, names: Iterable[object]) -> Undeclared | None:
+    """The first of ``names`` that is not a config ``subject`` declares in the registry."""
+    known = SUBJECTS[subject].config_names if subject in SUBJECTS else None
     for name in names:
-        if declared is None:
-            return f"{subject[:SHORT_CHARS]!r} is not a subject of the registry"
-        if name not in declared:
-            shown = str(name)[:NAME_CHARS]
-            return f"{shown!r} is not a config of {subject}; it declares {', '.join(declared)}"
+        if known is None or name not in known:
+            return Undeclared(subject[:SHORT_CHARS], str(name)[:NAME_CHARS], known)
     return None
 
 
-def undeclared_configs(result: StageResult) -> str | None:
-    """Why a config a check or drift row names is not one its subject declares, or None: the
+def undeclared_configs(result: StageResult) -> Undeclared | None:
+    """A config a check or drift row of ``result`` names that its subject does not declare: the
     next lease of the family would otherwise start from whatever a runner made up."""
     named = [(c.name.partition(".")[0], config_names(c.metrics)) for c in result.checks]
     named += [(d.subject, [d.config["name"]] if "name" in d.config else []) for d in result.drift]
-    return next((why for subject, names in named if (why := undeclared(subject, names))), None)
+    return next((bad for subject, names in named if (bad := undeclared(subject, names))), None)

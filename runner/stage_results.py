@@ -57,7 +57,9 @@ def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult |
         err = exc.errors()[0]
         where = ".".join(str(p)[:40] for p in err["loc"][:4])
         return f"{where}: {err['msg']} ({exc.error_count()} problems)"
-    return undeclared_configs(result) or result  # the service would refuse the post
+    if bad := undeclared_configs(result):  # the service would refuse the post
+        return str(bad)
+    return result
 
 
 def failed_stage(name: Stage, outcome: sandbox.Outcome) -> StageResult:

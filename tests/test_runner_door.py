@@ -132,6 +132,8 @@ def test_a_malformed_stage_post_is_refused_and_stores_nothing(leased: Leased, wh
     error = resp.json()["error"]
     assert set(error) == {"code", "message", "detail"} and error["code"] and error["message"]
     assert len(resp.content) < 20_000  # the refusal does not echo the megabyte back
+    if "config" in what:  # named as the subject's configs, as the pins' check names them
+        assert resp.status_code == 422 and error["code"] == "unknown_config", error
     assert leased.stored() == before and leased.job() == job
 
 

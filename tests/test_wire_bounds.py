@@ -109,17 +109,27 @@ def test_texts_lists_and_documents_are_bounded(body: dict[str, Any], where: str)
 
 
 def test_a_config_must_be_one_its_subject_declares() -> None:
-    made_up = "x" * 300
+    """The rule the service applies to a stage post (``422 unknown_config``, before anything is
+    stored: ``tests/test_runner_door.py``) and the runner to a stage's document."""
+    cases = {
+        "x" * 300: post(checks=[check(config={"name": "x" * 300})]),
+        "b99_nothing": post(checks=[check(config_name="b99_nothing")]),
+        SDPA[0]: post(checks=[check(name="flex_attention_bwd.deterministic", config_name=SDPA[0])]),
+        "b98_nothing": post(drift=[drift(config={"name": "b98_nothing"})]),
+    }
+    for name, body in cases.items():
+        bad = bounds.undeclared_configs(StagePost.model_validate(body).result)
+        assert bad is not None and bad.config == name[: bounds.NAME_CHARS], name
+        assert bad.known and str(bad).startswith(f"{bad.subject} has no config")
+    made_up = post(checks=[check(name="no_such_subject.deterministic", config_name=SDPA[0])])
+    bad = bounds.undeclared_configs(StagePost.model_validate(made_up).result)
+    assert bad is not None and bad.known is None and "not a subject" in str(bad)
+    # a declared config, or a check that names none, is not refused
     for body in (
-        post(checks=[check(config={"name": made_up})]),
-        post(checks=[check(config_name="b99_nothing")]),
-        post(checks=[check(name="flex_attention_bwd.deterministic", config_name=SDPA[0])]),
-        post(drift=[drift(config={"name": "b99_nothing"})]),
-        post(checks=[check(name="no_such_subject.deterministic", config_name=SDPA[0])]),
+        post(checks=[check(config={"name": SDPA[1]}, config_name=SDPA[1])]),
+        post(checks=[check(name="consumer.srelu", status_text="x")]),
     ):
-        assert "config" in refused(StagePost, body) or "subject" in refused(StagePost, body)
-    # a check that names no config is not about configs at all
-    StagePost.model_validate(post(checks=[check(name="consumer.srelu", status_text="x")]))
+        assert bounds.undeclared_configs(StagePost.model_validate(body).result) is None
     # the runner refuses it too, before the post: a stage that names one is an error there
     doc = {"status": "pass", "reason": "", "checks": [check(config_name="b99_nothing")]}
     why = accepted(Stage.determinism, doc, 1.0)

@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.bounds import undeclared_configs
 from core.subjects import FAMILIES
 from core.wire import (
     ClaimRequest,
@@ -58,6 +59,7 @@ from service.errors import (
     RunnerNameInUse,
     RunnerRevoked,
     StaleLease,
+    UnknownConfig,
 )
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
@@ -307,6 +309,10 @@ def post_stage(
     job = _leased_job(session, runner, job_id, body.lease_token)
     if body.result.name not in job.stages:
         raise BadRequest(f"stage {body.result.name} is not part of job {job_id}")
+    if bad := undeclared_configs(body.result):  # before anything of the stage is stored
+        raise UnknownConfig(
+            str(bad), detail={"subject": bad.subject, "config": bad.config, "known": bad.known}
+        )
     result = body.result
     if result.name == Stage.probe:
         result = feature_regression.with_line_severity(session, job.build, result)
