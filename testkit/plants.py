@@ -5,9 +5,12 @@ deterministic backward, for the stream of builds that proves the comparisons
 - ``flipped_bit``: the deterministic backward's dq has the lowest bit of its first element
   flipped. Still deterministic and within the numerics tolerance (one bf16 ulp), but not the
   genuine bytes: a build after a genuine one must say ``deterministic_bits_changed``.
-- ``slower_backward``: the deterministic backward runs four times (the first three results are
-  dropped). Measured on the H200 at the comparison point, the deterministic arm's run (forward
-  and backward) then costs 1.35x the control's, against 0.94-1.15x genuine (twice: 1.22x).
+- ``slower_backward``: the deterministic backward runs eleven times (the first ten results are
+  dropped). At the flex pin a run (forward and backward through autograd) takes about 1.4 ms on
+  the H200, mostly host-side work, and each extra backward adds about 0.15 ms: run four times it
+  measured only 1.22x and 1.35x the control's (genuine 0.94-1.15x), inside the noise band. Eleven
+  times puts the deterministic arm at about twice the control's, a slowdown of the size the cost
+  gate must catch every time.
 
 Both edit ``cudnn/flex_attention/autograd.py`` at the line that unpacks the backward's result
 (1.29.0 and later); ``doctor_wheel`` refuses a release where the line is not there.
@@ -27,8 +30,8 @@ FLIP = b"""\
             dq = dq.contiguous().clone()
             dq.view(-1)[:1].view(torch.int16).bitwise_xor_(1)
 """
-TWICE = b"""\
-        for _ in range(3) if ctx.deterministic else ():  # planted: it runs four times
+SLOWER = b"""\
+        for _ in range(10) if ctx.deterministic else ():  # planted: it runs 11 times
             result = _flex_attention_backward(
                 q,
                 k,
@@ -46,7 +49,7 @@ TWICE = b"""\
 PLANTS: dict[str, str] = {
     "flipped_bit": "flex_attention_bwd's deterministic dq has one bit flipped (bits must change)",
     "slower_backward": (
-        "flex_attention_bwd's deterministic backward runs four times (cost must regress)"
+        "flex_attention_bwd's deterministic backward runs eleven times (cost must regress)"
     ),
 }
 
@@ -57,7 +60,7 @@ def _edit(kind: str, source: bytes) -> bytes:
     if kind == "flipped_bit":
         return source.replace(ANCHOR, ANCHOR + FLIP)
     if kind == "slower_backward":
-        return source.replace(ANCHOR, TWICE + ANCHOR)
+        return source.replace(ANCHOR, SLOWER + ANCHOR)
     raise ValueError(f"unknown plant {kind!r}; plants: {', '.join(PLANTS)}")
 
 

@@ -92,14 +92,14 @@ def test_the_flipped_bit_changes_one_bit_of_the_deterministic_dq_only(
         assert bits_apart(a, b) == 0  # the control arm is the genuine one
 
 
-def test_the_slower_backward_runs_the_deterministic_backward_four_times(
+def test_the_slower_backward_runs_the_deterministic_backward_eleven_times(
     sources: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kernels = Kernels()
     planted = load(sources["slower_backward"], kernels, monkeypatch)
     genuine = load(sources["genuine"], Kernels(), monkeypatch)
     det = grads(planted, deterministic=True)
-    assert kernels.backward_knobs == [True] * 4
+    assert kernels.backward_knobs == [True] * 11
     assert all(torch.equal(a, b) for a, b in zip(det, grads(genuine, True), strict=True))
     kernels.backward_knobs.clear()
     grads(planted, deterministic=False)
