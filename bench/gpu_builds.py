@@ -19,6 +19,7 @@ Needs a CUDA GPU; the service and the runner run from this checkout (``python -m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,53 @@ def text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def stack(
+    state: Path, logs: Path, port: int, family: str, **runner_env: str
+) -> Iterator[httpx.Client]:
+    """A real ``fe-ci serve`` (its data under ``state/data``) and one ``fe-ci runner`` (its caches
+    under ``state/runner-cache``), logs appended in ``logs``; a client of the service while they
+    run; both stopped (SIGTERM, then SIGKILL after 30 s) however the block ends."""
+    url = f"http://127.0.0.1:{port}"
+    svc_log, runner_log = logs / "service.log", logs / "runner.log"
+    service = start(
+        ["serve", "--port", str(port)],
+        _env(
+            FE_CI_DATA_DIR=str(state / "data"),
+            FE_CI_SUBMIT_TOKEN=SUBMIT,
+            FE_CI_RUNNER_TOKEN=REGISTER,
+            FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
+            FE_CI_ADMIN_TOKEN="bench-admin-token",
+            FE_CI_GPU_ARCHS=family,
+        ),
+        svc_log,
+    )
+    runner = None
+    try:
+        wait_up(url, service, svc_log)
+        runner = start(
+            ["runner"],
+            _env(
+                FE_CI_URL=url,
+                FE_CI_RUNNER_TOKEN=REGISTER,
+                FE_CI_RUNNER_NAME="bench-gpu",
+                FE_CI_CACHE_DIR=str(state / "runner-cache"),
+                **runner_env,
+            ),
+            runner_log,
+        )
+        with httpx.Client(base_url=url, timeout=120) as http:
+            yield http
+    finally:
+        for proc in (runner, service):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wheel", action="append", type=Path, required=True)
@@ -242,55 +291,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{args.port}"
     with tempfile.TemporaryDirectory(prefix="fe-ci-gpu-bench-") as tmp:
         work = Path(tmp)
-        svc_log, runner_log = args.out / "service.log", args.out / "runner.log"
-        service = start(
-            ["serve", "--port", str(args.port)],
-            _env(
-                FE_CI_DATA_DIR=str(work / "data"),
-                FE_CI_SUBMIT_TOKEN=SUBMIT,
-                FE_CI_RUNNER_TOKEN=REGISTER,
-                FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
-                FE_CI_GPU_ARCHS=gpu_family() if args.family is None else args.family,
-            ),
-            svc_log,
-        )
-        runner = None
-        try:
-            wait_up(url, service, svc_log)
-            runner = start(
-                ["runner"],
-                _env(
-                    FE_CI_URL=url,
-                    FE_CI_RUNNER_TOKEN=REGISTER,
-                    FE_CI_RUNNER_NAME="bench-gpu",
-                    FE_CI_CACHE_DIR=str(work / "runner-cache"),
-                ),
-                runner_log,
-            )
+        family = gpu_family() if args.family is None else args.family
+        with stack(work, args.out, args.port, family) as http:
             summaries = []
-            with httpx.Client(base_url=url, timeout=120) as http:
-                for wheel in args.wheel:
-                    doc, wall = run_build(http, wheel, args.timeout_s)
-                    (args.out / f"build-{doc['id']}.json").write_text(json.dumps(doc, indent=1))
-                    summaries.append(summarise(doc, wall))
-                    print(text(summaries[-1]), flush=True)
-            (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
-            (args.out / "summary.txt").write_text("\n\n".join(text(s) for s in summaries) + "\n")
-            if args.keep_db:  # the service's database, to show these builds' pages elsewhere
-                db = sqlite3.connect(work / "data" / "fe-ci.sqlite3")
-                db.execute("VACUUM INTO ?", (str(args.out / "fe-ci.sqlite3"),))
-                db.close()
-        finally:
-            for proc in (runner, service):
-                if proc is not None and proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            for wheel in args.wheel:
+                doc, wall = run_build(http, wheel, args.timeout_s)
+                (args.out / f"build-{doc['id']}.json").write_text(json.dumps(doc, indent=1))
+                summaries.append(summarise(doc, wall))
+                print(text(summaries[-1]), flush=True)
+        (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
+        (args.out / "summary.txt").write_text("\n\n".join(text(s) for s in summaries) + "\n")
+        if args.keep_db:  # the service's database, to show these builds' pages elsewhere
+            db = sqlite3.connect(work / "data" / "fe-ci.sqlite3")
+            db.execute("VACUUM INTO ?", (str(args.out / "fe-ci.sqlite3"),))
+            db.close()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_builds import REGISTER, SUBMIT, _env, gpu_family, start, wait_up  # noqa: E402
+from bench.gpu_builds import SUBMIT, gpu_family, stack  # noqa: E402
 from testkit.plants import PLANTS, plant  # noqa: E402
 
 DEFAULT_PLAN = "G,G,G,G,B,G,G,G,S,G,G,G,B,G,G,G,S,G,G,G"  # 20 builds
@@ -82,84 +83,73 @@ def wait_finished(http: httpx.Client, build_id: int, timeout_s: float) -> dict[s
     raise SystemExit(f"build {build_id} did not finish in {timeout_s:.0f} s; call again to resume")
 
 
+def host_sample() -> dict[str, Any]:
+    """What the host looked like when a build finished: load, processes, memory, and the five
+    processes that have used the most CPU so far. A stream whose stages slow down build after
+    build (the first H200 stream's did, by about 1.5x over 19 builds) shows here why."""
+    procs: list[tuple[float, str]] = []
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs.append(((int(fields[11]) + int(fields[12])) / tick, f"{entry.name}:{name}"))
+    meminfo = dict(
+        (line.split(":")[0], int(line.split()[1]))
+        for line in Path("/proc/meminfo").read_text().splitlines()
+    )
+    return {
+        "loadavg": os.getloadavg()[0],
+        "processes": len(procs),
+        "mem_available_mib": meminfo.get("MemAvailable", 0) // 1024,
+        "top_cpu_s": [f"{name} {cpu:.0f}" for cpu, name in sorted(procs, reverse=True)[:5]],
+    }
+
+
 def run_calls(args: argparse.Namespace) -> dict[str, Any]:
     """This call's builds: the next ones of the plan, within the budget."""
     began = time.monotonic()
     args.state.mkdir(parents=True, exist_ok=True)
     doc = load_state(args.state, args.plan, args.wheel)
-    url = f"http://127.0.0.1:{args.port}"
-    svc_log, runner_log = args.state / "service.log", args.state / "runner.log"
-    service = start(
-        ["serve", "--port", str(args.port)],
-        _env(
-            FE_CI_DATA_DIR=str(args.state / "data"),
-            FE_CI_SUBMIT_TOKEN=SUBMIT,
-            FE_CI_RUNNER_TOKEN=REGISTER,
-            FE_CI_WEBHOOK_SECRET="bench-webhook-secret",
-            FE_CI_ADMIN_TOKEN="bench-admin-token",
-            FE_CI_GPU_ARCHS=gpu_family(),
-        ),
-        svc_log,
-    )
-    runner = None
-    try:
-        wait_up(url, service, svc_log)
-        runner = start(
-            ["runner"],
-            _env(
-                FE_CI_URL=url,
-                FE_CI_RUNNER_TOKEN=REGISTER,
-                FE_CI_RUNNER_NAME="bench-gpu",
-                FE_CI_RUNNER_REPLACE="1",  # the previous call's runner, gone
-                FE_CI_CACHE_DIR=str(args.state / "runner-cache"),
-            ),
-            runner_log,
-        )
-        with httpx.Client(base_url=url, timeout=120) as http:
-            added = 0
-            while True:
-                if doc["pending"] is None:
-                    done = len(doc["done"])
-                    recent = [d["wall_s"] for d in doc["done"][1:]][-3:]  # warm builds
-                    expect = max(recent) * 1.3 if recent else 150.0
-                    spent = time.monotonic() - began
-                    if done >= len(doc["plan"]) or added >= args.builds:
-                        break
-                    if spent + expect > args.budget_s:
-                        print(
-                            f"stopping: {spent:.0f} s spent, the next build may take {expect:.0f} s"
-                        )
-                        break
-                    kind = doc["plan"][done]
-                    build_id = submit(http, Path(doc["wheels"][kind]))
-                    doc["pending"] = {"build": build_id, "kind": kind, "submitted": time.time()}
-                    save_state(args.state, doc)
-                pending = doc["pending"]
-                remaining = args.budget_s - (time.monotonic() - began)
-                report = wait_finished(http, pending["build"], max(remaining, 30.0))
-                wall = round(time.time() - pending["submitted"], 2)
-                doc["done"].append(
-                    {"build": pending["build"], "kind": pending["kind"], "wall_s": wall}
-                )
-                doc["pending"] = None
+    # the previous call's runner is gone: its name is taken over
+    with stack(args.state, args.state, args.port, gpu_family(), FE_CI_RUNNER_REPLACE="1") as http:
+        added = 0
+        while True:
+            if doc["pending"] is None:
+                done = len(doc["done"])
+                recent = [d["wall_s"] for d in doc["done"][1:]][-3:]  # warm builds
+                expect = max(recent) * 1.3 if recent else 150.0
+                spent = time.monotonic() - began
+                if done >= len(doc["plan"]) or added >= args.builds:
+                    break
+                if spent + expect > args.budget_s:
+                    print(f"stopping: {spent:.0f} s spent, the next build may take {expect:.0f} s")
+                    break
+                kind = doc["plan"][done]
+                build_id = submit(http, Path(doc["wheels"][kind]))
+                doc["pending"] = {"build": build_id, "kind": kind, "submitted": time.time()}
                 save_state(args.state, doc)
-                added += 1
-                print(
-                    f"build {pending['build']} ({pending['kind']}): {report['verdict']} in {wall} s"
-                )
-            builds = [http.get(f"/api/builds/{d['build']}").json() for d in doc["done"]]
-            pins = http.get("/api/pins").json()["items"]
-    finally:
-        for proc in (runner, service):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except Exception:
-                    proc.kill()
+            pending = doc["pending"]
+            remaining = args.budget_s - (time.monotonic() - began)
+            report = wait_finished(http, pending["build"], max(remaining, 30.0))
+            wall = round(time.time() - pending["submitted"], 2)
+            done_row = {"build": pending["build"], "kind": pending["kind"], "wall_s": wall}
+            doc["done"].append({**done_row, "host": host_sample()})
+            doc["pending"] = None
+            save_state(args.state, doc)
+            added += 1
+            print(f"build {pending['build']} ({pending['kind']}): {report['verdict']} in {wall} s")
+        builds = [http.get(f"/api/builds/{d['build']}").json() for d in doc["done"]]
+        pins = http.get("/api/pins").json()["items"]
     planted = {str(d["build"]): PLANTS[d["kind"]] for d in doc["done"] if d["kind"] in PLANTS}
     walls = {str(d["build"]): d["wall_s"] for d in doc["done"]}
-    return {"builds": builds, "planted": planted, "wall_s": walls, "pins": pins}
+    hosts = {str(d["build"]): d["host"] for d in doc["done"] if "host" in d}
+    return {"builds": builds, "planted": planted, "wall_s": walls, "host": hosts, "pins": pins}
 
 
 def main() -> None:
@@ -184,7 +174,7 @@ def main() -> None:
     result = run_calls(args)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"h200-stream-{args.date}"
-    out = {k: result[k] for k in ("builds", "planted", "wall_s")}
+    out = {k: result[k] for k in ("builds", "planted", "wall_s", "host")}
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
     text = summary_text(out, pins=result["pins"])
     stem.with_suffix(".txt").write_text(text + "\n")

@@ -21,8 +21,17 @@ PLANTED_SUBJECT = "flex_attention_bwd"
 WARM_GOAL_S = 15.0
 
 
+def _kind_of(what: str) -> str:
+    """The plant a description names; earlier streams' wording of a plant is still recognised."""
+    if what in KIND_OF:
+        return KIND_OF[what]
+    if "bit flipped" in what:
+        return "flipped_bit"
+    return "slower_backward" if "backward runs" in what else "planted"
+
+
 def _kinds(doc: dict[str, Any]) -> dict[int, str]:
-    planted = {int(k): KIND_OF.get(v, "planted") for k, v in doc.get("planted", {}).items()}
+    planted = {int(k): _kind_of(v) for k, v in doc.get("planted", {}).items()}
     return {b["id"]: planted.get(b["id"], "genuine") for b in doc["builds"]}
 
 
@@ -168,6 +177,20 @@ def summary_text(doc: dict[str, Any], pins: list[dict[str, Any]] | None = None) 
         "warm medians, determinism stage phases: "
         + ", ".join(f"{k} {v}" for k, v in a["times"]["phases"].items()),
     ]
+    lines.append("per build (determinism stage s, its ready s; host when it finished):")
+    for build in doc["builds"]:
+        det = _gpu_stage(build, "determinism") or {}
+        ready = ((det.get("timings") or {}).get("stage") or {}).get("ready_s")
+        host = doc.get("host", {}).get(str(build["id"]), {})
+        line = f"  #{build['id']} {a['kinds'][build['id']]}: {det.get('duration_s', 0.0):.1f} s"
+        line += f", ready {ready}"
+        if host:
+            line += (
+                f"; load {host['loadavg']:.1f}, {host['processes']} processes, "
+                f"{host['mem_available_mib']} MiB free, "
+                f"most CPU: {', '.join(host['top_cpu_s'][:3])}"
+            )
+        lines.append(line)
     if pins is not None:
         lines.append(
             "pins: "
