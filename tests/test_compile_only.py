@@ -186,7 +186,7 @@ def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: 
     assert isinstance(refused, str) and refused.startswith("timings")
 
 
-def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_run_0_is_hashed_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[torch.Tensor] = []
     real = arms.digest
 
@@ -195,6 +195,7 @@ def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) ->
         return real(t)
 
     monkeypatch.setattr(arms, "digest", counting)
+    monkeypatch.setattr(arms, "HOST_DEVICES", frozenset())  # these CPU tensors as a GPU's
     arm = Arm("deterministic", knob=True)
     x = torch.arange(6, dtype=torch.float32)
     for _ in range(5):
@@ -203,9 +204,36 @@ def test_identical_runs_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch) ->
     assert arm.outputs["out"].digests == [real(x)] * 5
     flipped = x.clone()
     flipped[0] = -0.0  # +0.0 and -0.0: equal as numbers, different bytes
-    arm.add({"out": flipped})
-    assert len(hashed) == 2 and arm.outputs["out"].differing == 1
-    assert arm.outputs["out"].digests[-1] == real(flipped) != real(x)
+    for _ in range(2):
+        arm.add({"out": flipped.clone()})
+    other = x.clone()
+    other[5] = 7.0
+    arm.add({"out": other})
+    drift = arm.outputs["out"]
+    assert len(hashed) == 1  # the differing runs were told apart where they are
+    assert drift.differing == 3 and len(set(drift.digests)) == 3  # run 0's, flipped's, other's
+    assert drift.digests[5] == drift.digests[6] == arms.fingerprint(flipped) != drift.digests[0]
+    monkeypatch.setattr(arms, "HOST_DEVICES", frozenset({"cpu"}))  # outputs in host memory
+    arm.add({"out": flipped.clone()})
+    assert len(hashed) == 2 and drift.digests[-1] == real(flipped)  # hashed where they are
+
+
+def test_a_fingerprint_tells_bytes_apart_in_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arms, "FINGERPRINT_CHUNK", 16)  # several chunks from a small tensor
+    base = torch.arange(101, dtype=torch.bfloat16)  # 202 bytes: not whole 32-bit words
+    seen = {arms.fingerprint(base)}
+    for i in range(base.numel()):
+        changed = base.clone()
+        changed.view(torch.int16)[i] ^= 1  # one bit, in each word of each chunk
+        seen.add(arms.fingerprint(changed))
+    swapped = base.clone()
+    swapped[[3, 40]] = swapped[[40, 3]]  # the same words in other places
+    seen.add(arms.fingerprint(swapped))
+    assert len(seen) == base.numel() + 2
+    assert arms.fingerprint(base.clone()) == arms.fingerprint(base)
+    assert arms.fingerprint(base[1:]) != arms.fingerprint(base[:-1])  # an unaligned view
+    assert arms.fingerprint(torch.tensor([0.0])) != arms.fingerprint(torch.tensor([-0.0]))
+    assert arms.fingerprint(torch.empty(0)) != arms.fingerprint(torch.zeros(1))
 
 
 def test_the_timings_reach_the_report_and_the_build_page_bounded(service: Service) -> None:
