@@ -48,6 +48,7 @@ INSTALL = (
     "REQUESTS_CA_BUNDLE",
 )
 INSTALL_PREFIXES = ("PIP_", "UV_")
+CANDIDATE_USER = "fe-ci-candidate"  # USER and LOGNAME of every candidate process
 # What a commit's CMake build reads: the compilers, CUDA and cuDNN, dlpack's sources.
 BUILD = ("CC", "CXX", "CUDACXX", "CUDAToolkit_ROOT", "MAX_JOBS", "NVCC_THREADS")
 BUILD_PREFIXES = ("CMAKE_", "FETCHCONTENT_", "CUDNN_")
@@ -90,6 +91,9 @@ def candidate_environ(
     dirs = [str(p) for p in path] + [source.get("PATH") or os.defpath]
     env["PATH"] = os.pathsep.join(dirs)
     env["HOME"] = env["TMPDIR"] = str(home)
+    # A job's uid has no passwd entry: without these, getpass.getuser() raises, and torch's cache
+    # directory (and with it ``import torch._dynamo``) fails on the releases that do not catch it.
+    env["USER"] = env["LOGNAME"] = CANDIDATE_USER
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
         env["PYTHONDONTWRITEBYTECODE"] = "1"

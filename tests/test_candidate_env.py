@@ -52,6 +52,8 @@ def test_a_stage_gets_the_allowlist_and_nothing_else() -> None:
         "PATH": "/job/env/bin:/usr/local/bin:/usr/bin",
         "HOME": "/job/box/home",
         "TMPDIR": "/job/box/home",
+        "USER": "fe-ci-candidate",  # a job's uid has no passwd entry; getpass.getuser() works
+        "LOGNAME": "fe-ci-candidate",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "CUDA_VISIBLE_DEVICES": "",  # the runner's choice wins over the host's

@@ -79,6 +79,8 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
         "print('torch preloaded', 'torch' in sys.modules, 'params', open(sys.argv[2]).read())\n"
         "print('mark', os.environ.get('MARK'), 'home is cwd', os.environ['HOME'] == os.getcwd())\n"
         "print('uid', os.getuid(), 'pid', os.getpid())\n"
+        "import tempfile\n"  # the zygote asked for its own temp dir while it preloaded
+        "print('tmp is its own', tempfile.gettempdir() == os.environ['TMPDIR'])\n"
         "for d in ('/tmp', '/dev/shm'): open(d + '/left-behind', 'w').write('x')\n"
         "print('socket hidden', os.listdir(os.path.dirname(sys.argv[2]) + '/../../sock'))\n"
         "s = socket.socket(); s.settimeout(3)\n"
@@ -91,6 +93,7 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
     assert out is not None and out.ok, out
     assert """torch preloaded True params {"a": 1}""" in out.log_tail
     assert "mark from-the-request home is cwd True" in out.log_tail
+    assert "tmp is its own True" in out.log_tail
     assert " pid 2\n" in out.log_tail  # its own pid namespace, under an init of its own
     assert "socket hidden []" in out.log_tail  # no stage reaches back into the zygote
     assert "refused" in out.log_tail and "connected" not in out.log_tail

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -130,8 +132,15 @@ def observe(row: Row) -> dict[str, Any]:
     return {"observed": observed, "detail": detail, "kwargs": kwargs, "state": state}
 
 
+_told: set[str] = set()
+
+
 def _error(exc: BaseException, calls: list[Any], state: dict[str, Any]) -> dict[str, Any]:
     where = "after" if calls else "before"
+    first = f"{type(exc).__name__}: {exc}"
+    if first not in _told:  # each distinct error's traceback once, in the stage's log
+        _told.add(first)
+        traceback.print_exception(exc, file=sys.stderr)
     return {
         "observed": "error",
         "detail": f"{type(exc).__name__} {where} the wrapper call: {exc}",

@@ -38,6 +38,7 @@ import signal
 import site
 import socket
 import sys
+import tempfile
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -163,6 +164,10 @@ def _child(request: dict[str, Any], log_fd: int) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # tempfile keeps the first answer of gettempdir(): the zygote's, taken while torch and the
+    # DSL were imported, a directory this room cannot write. torch's own cache dir comes from
+    # it, and a failed first import of torch._dynamo leaves it unimportable for the whole stage.
+    tempfile.tempdir = None
     # what the interpreter reads only at start-up, from the stage's environment; the stage's own
     # PYTHONPATH (the runner's candidate-side source) is the same code this process already has
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
