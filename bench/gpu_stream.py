@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu_builds import SUBMIT, gpu_family, stack  # noqa: E402
 from testkit.plants import PLANTS, plant  # noqa: E402
+from testkit.streams import host_sample  # noqa: E402
 
 DEFAULT_PLAN = "G,G,G,G,B,G,G,G,S,G,G,G,B,G,G,G,S,G,G,G"  # 20 builds
 KINDS = {"G": "genuine", "B": "flipped_bit", "S": "slower_backward"}
@@ -81,34 +81,6 @@ def wait_finished(http: httpx.Client, build_id: int, timeout_s: float) -> dict[s
             return doc
         time.sleep(0.5)
     raise SystemExit(f"build {build_id} did not finish in {timeout_s:.0f} s; call again to resume")
-
-
-def host_sample() -> dict[str, Any]:
-    """What the host looked like when a build finished: load, processes, memory, and the five
-    processes that have used the most CPU so far. A stream whose stages slow down build after
-    build (the first H200 stream's did, by about 1.5x over 19 builds) shows here why."""
-    procs: list[tuple[float, str]] = []
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        procs.append(((int(fields[11]) + int(fields[12])) / tick, f"{entry.name}:{name}"))
-    meminfo = dict(
-        (line.split(":")[0], int(line.split()[1]))
-        for line in Path("/proc/meminfo").read_text().splitlines()
-    )
-    return {
-        "loadavg": os.getloadavg()[0],
-        "processes": len(procs),
-        "mem_available_mib": meminfo.get("MemAvailable", 0) // 1024,
-        "top_cpu_s": [f"{name} {cpu:.0f}" for cpu, name in sorted(procs, reverse=True)[:5]],
-    }
 
 
 def run_calls(args: argparse.Namespace) -> dict[str, Any]:
@@ -164,7 +136,7 @@ def main() -> None:
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     parser.add_argument("--summarise", type=Path, help="only summarise an earlier stream's JSON")
     args = parser.parse_args()
-    from bench.stream_summary import summary_text
+    from testkit.streams import summary_text
 
     if args.summarise is not None:
         print(summary_text(json.loads(args.summarise.read_text())))

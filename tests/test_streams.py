@@ -1,6 +1,7 @@
-"""The summary of a stream of builds (``bench/stream_summary.py``), read from the first H200
-stream as it was recorded (``docs/measurements/h200-stream-2026-12-04.json``): what it says is
-what the closing figures of that stream were taken from."""
+"""The summary of a stream of builds (``testkit/streams.py``, of what ``bench/gpu_stream.py``
+writes), read from the first H200 stream as it was recorded
+(``docs/measurements/h200-stream-2026-12-04.json``): what it says is what the closing figures of
+that stream were taken from."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.stream_summary import analyse, summary_text
+from testkit.streams import analyse, host_sample, summary_text
 
 RECORDED = Path(__file__).resolve().parent.parent / "docs/measurements/h200-stream-2026-12-04.json"
 
@@ -48,8 +49,6 @@ def test_host_samples_are_shown_where_the_stream_has_them(stream: dict) -> None:
 
 
 def test_a_host_sample_is_read_from_this_host() -> None:
-    from bench.gpu_stream import host_sample
-
     sample = host_sample()
     assert sample["processes"] >= 1 and sample["mem_available_mib"] > 0
     assert len(sample["top_cpu_s"]) <= 5 and all(":" in row for row in sample["top_cpu_s"])

@@ -5,13 +5,16 @@
 after a subject's first build; one pinned config per subject and family; every planted build
 flagged; no genuine build flagged (a genuine build right after a flipped-bit one rightly says its
 bits changed back); one verdict for the genuine builds; the warm determinism stage's median (goal
-15 s); where a warm build's seconds went.
+15 s); where a warm build's seconds went; and a line per build with the host's state when it
+finished (``host_sample``, taken by the stream after each build).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 from testkit.plants import PLANTS
@@ -51,8 +54,12 @@ def _median(values: list[float]) -> float | None:
 def analyse(doc: dict[str, Any]) -> dict[str, Any]:
     builds, kinds = doc["builds"], _kinds(doc)
     seen: set[tuple[str, str]] = set()
-    lost, configs, series = [], defaultdict(set), defaultdict(set)
-    flagged_genuine, changed_back, planted_missed = [], [], []
+    configs: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+    series: defaultdict[tuple[str, str], set[Any]] = defaultdict(set)
+    lost: list[str] = []
+    flagged_genuine: list[str] = []
+    changed_back: list[str] = []
+    planted_missed: list[str] = []
     for build in builds:
         rows = {(r["family"], r["subject"]): r for r in build.get("history", [])}
         for pair in sorted(seen - set(rows)):
@@ -200,3 +207,31 @@ def summary_text(doc: dict[str, Any], pins: list[dict[str, Any]] | None = None) 
             )
         )
     return "\n".join(lines)
+
+
+def host_sample() -> dict[str, Any]:
+    """What the host looked like when a build finished: load, processes, memory, and the five
+    processes that have used the most CPU so far. A stream whose stages slow down build after
+    build (the first H200 stream's did, by about 1.5x over 19 builds) shows here why."""
+    procs: list[tuple[float, str]] = []
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs.append(((int(fields[11]) + int(fields[12])) / tick, f"{entry.name}:{name}"))
+    meminfo = dict(
+        (line.split(":")[0], int(line.split()[1]))
+        for line in Path("/proc/meminfo").read_text().splitlines()
+    )
+    return {
+        "loadavg": os.getloadavg()[0],
+        "processes": len(procs),
+        "mem_available_mib": meminfo.get("MemAvailable", 0) // 1024,
+        "top_cpu_s": [f"{name} {cpu:.0f}" for cpu, name in sorted(procs, reverse=True)[:5]],
+    }
