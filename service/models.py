@@ -313,7 +313,7 @@ class DeterminismRecord(_PerJob, Base):
 
 
 class StageLog(_PerJob, Base):
-    """One stage's runner log as the runner sent it (its last ``core.wire.LOG_MAX_CHARS``),
+    """One stage's runner log as the runner sent it (its last ``core.wire.protocol.LOG_MAX_CHARS``),
     the service's own secrets redacted (``service/logs.py``)."""
 
     __tablename__ = "stage_logs"
