@@ -4,7 +4,7 @@ A runner's posts come from outside the service, and much of them from the candid
 the protocol's models refuse (422, before anything is stored) what no honest runner sends: a
 number that is not finite, a negative count, a text longer than its column holds, an unbounded
 list or free-form document, a config a subject does not declare. The widths are those of the
-columns that store them (``service/models.py``): where the database would have truncated,
+columns that store them (``service/models/``): where the database would have truncated,
 refused (Postgres) or kept a megabyte (SQLite), the door refuses first.
 
 The runner keeps within them when it builds a result: ``clip`` for texts it did not write itself

@@ -6,17 +6,15 @@ finished job's result is kept on disk before it is sent and sent when the servic
 process or the next one (``runner/state.py``), which also keeps the runner's issued token so that
 a restart resumes the runner instead of registering it anew. A SIGTERM ends an idle runner's long
 poll at once: the claim waits in a thread of its own, and the service, told the runner is going
-offline, gives that claim no job. A job's work directory is removed before it is reported
-finished: once finished, new work may come. What a job tells the service while it runs (stage
-results, heartbeats) is ``poster.py``; the stages are ``pipeline.py``, and the build of a commit
-is ``build.py``.
+offline, gives that claim no job. Running one job is ``job_runner.py``; what a job tells the
+service while it runs (stage results, heartbeats) is ``poster.py``; the stages are
+``pipeline.py``, and the build of a commit is ``build.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import shutil
 import signal
 import sys
 import threading
@@ -29,12 +27,13 @@ from typing import TypeVar
 
 import httpx
 
-from core.wire import JobLease, RunnerRegistered, Stage
-from runner import envs, pipeline, pipeline_options, retry, sandbox, zygotes
+from core.wire import JobLease, RunnerRegistered
+from runner import envs, retry, zygotes
 from runner import labels as host_labels
 from runner.client import Client, ServiceError
 from runner.config import RunnerSettings
-from runner.poster import LeaseLost, Poster, post_stages
+from runner.job_runner import JobRunner
+from runner.poster import LeaseLost, post_stages
 from runner.state import Identity, KeptResult, State
 
 log = logging.getLogger("fe_ci.agent")
@@ -95,6 +94,14 @@ class Agent:
             )
             if settings.warm_workers
             else None
+        )
+        self.jobs = JobRunner(
+            settings,
+            self.client,
+            gpu=self.labels.get("gpu"),
+            zygotes=self.zygotes,
+            backoff=self.intervals.backoff,
+            heartbeat_s=self.intervals.heartbeat_s,
         )
         self.jobs_done = 0
 
@@ -279,109 +286,11 @@ class Agent:
 
     # ---------------------------------------------------------------- one job
 
-    def _build(self, poster: Poster, work: Path) -> None:
-        """A ``build`` job: commit -> wheel, uploaded to the service before the stage is posted."""
-        from runner import build
-
-        s, lease, pipe = self.settings, poster.lease, poster.pipe
-        assert lease.repo and lease.commit
-        pipe.reporter.started(Stage.build)
-        # the build runs the commit's code in the candidate's sandbox, and the report says which
-        pipe.result.environment = pipe.result.environment.model_copy(
-            update={"sandbox": sandbox.isolation()}
-        )
-        result, built = build.build_commit(s, lease.repo, lease.commit, work, pipe.cancel)
-        if built is not None:
-            poster.with_retries(
-                lambda: self.client.upload_artifact(lease, built.wheel, build.python_tag()),
-                "upload",
-            )
-        pipe.result.stages.append(result)
-        pipe.reporter.finished(result)
-
     def run_job(self, lease: JobLease) -> None:
-        s = self.settings
-        log.info(
-            "event=job_claimed job=%s build=%s kind=%s family=%s attempt=%s",
-            lease.job_id,
-            lease.build_id,
-            lease.kind,
-            lease.family,
-            lease.attempt,
-        )
-        work = Path(s.cache_dir) / "jobs" / f"job-{lease.job_id}-{lease.attempt}"
-        opts = pipeline_options.Options.from_settings(
-            s,
-            stages=list(lease.stages),
-            work_dir=work,
-            family=lease.family if lease.kind == "gpu" else None,
-            gpu=self.labels.get("gpu"),
-            report_unselected=False,
-            remembered=list(lease.start_configs),
-            zygotes=self.zygotes,
-            subjects=lease.subjects,
-            comparison=list(lease.comparison),
-            trusted_source=lease.trusted_source,
-        )
-        pipe = pipeline.Pipeline(opts)
-        poster = Poster(
-            self.client,
-            lease,
-            pipe,
-            backoff=self.intervals.backoff,
-            heartbeat_s=self.intervals.heartbeat_s,
-        )
-        pipe.reporter = poster
-        done = threading.Event()
-        beat = threading.Thread(target=poster.heartbeat, args=(done,), daemon=True)
-        beat.start()
-        error: str | None = None
-        try:
-            if lease.kind == "build":
-                self._build(poster, work)
-                result = pipe.result
-            else:
-                wheel = (
-                    poster.with_retries(
-                        lambda: self.client.download_wheel(lease, work / "wheel"), "download"
-                    )
-                    if lease.wheel_url
-                    else None
-                )
-                result = pipe.run(wheel)
-        except LeaseLost:
-            poster.lost = True
-            result = pipe.result
-        except ServiceError as exc:
-            if exc.stale:
-                poster.lost = True
-            else:
-                error = str(exc)
-            result = pipe.result
-        except Exception as exc:  # the runner's own failure: report it, keep serving
-            log.exception("event=job_failed job=%s", lease.job_id)
-            error = f"{type(exc).__name__}: {exc}"
-            result = pipe.result
-        finally:
-            done.set()
-            beat.join(timeout=5)
-            shutil.rmtree(work, ignore_errors=True)
-        if poster.lost:
-            log.warning(
-                "event=job_abandoned job=%s attempt=%s work_dir_removed=%s",
-                lease.job_id,
-                lease.attempt,
-                not work.exists(),
-            )
+        """Run the job (``job_runner.py``), keep its result on disk, then send it."""
+        kept = self.jobs.run(lease)
+        if kept is None:  # the lease was lost: nothing of the attempt is reported
             return
-        errors = [e for e in (error, *poster.refused) if e]
-        kept = KeptResult(
-            lease=lease,
-            stages=poster.unsent,
-            logs={s.name: poster.logs[s.name] for s in poster.unsent if s.name in poster.logs},
-            environment=result.environment,
-            error="; ".join(errors) or None,
-        )
         path = self.state.keep(kept)  # on disk before it is sent: an outage or a restart keeps it
         log.info(
             "event=result_kept job=%s attempt=%s stages_unsent=%s",

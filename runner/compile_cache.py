@@ -2,230 +2,41 @@
 
 The runner, outside the sandbox, hashes the candidate's installed files (``CacheKey``, the whole
 candidate) and, apart, what its kernels are compiled from (``SourceKey``: the kernel sources, the
-DSL, the arch, the options); a candidate never names its cache. Every build reads and publishes
-under its whole-candidate key; only a build the service calls trusted (a commit of the configured
-repository built by fe-ci's own builder) publishes under the source key, which every build may
-read: a develop commit that leaves the kernels alone compiles nothing, and no upload can poison
-another build's kernels. Entries are files under ``<root>/published/<key>/``, owned by
-the runner and read-only. A determinism stage gets a fresh directory of its own, whose folders
-the job's uid may add to for the stage's duration (``jobbox.JobBox.writing``), holding hard links
-to its key's published entries (the inode stays the runner's, mode 0444, so the candidate can read
-them and cannot write them); once the stage's sandbox is gone and the directory is the runner's
-again, the runner copies the files the candidate added, and only those, into the key's
-directory. An entry that exists is never replaced. ``docs/determinism.md`` says why one build's
-kernels cannot serve another's.
+DSL, the arch, the options), as ``runner/compile_keys.py`` does; a candidate never names its
+cache. Every build reads and publishes under its whole-candidate key; only a build the service
+calls trusted (a commit of the configured repository built by fe-ci's own builder) publishes
+under the source key, which every build may read: a develop commit that leaves the kernels alone
+compiles nothing, and no upload can poison another build's kernels. Entries are files under
+``<root>/published/<key>/``, owned by the runner and read-only. A determinism stage gets a fresh
+directory of its own, whose folders the job's uid may add to for the stage's duration
+(``jobbox.JobBox.writing``), holding hard links to its key's published entries (the inode stays
+the runner's, mode 0444, so the candidate can read them and cannot write them); once the stage's
+sandbox is gone and the directory is the runner's again, the runner copies the files the
+candidate added, and only those, into the key's directory. An entry that exists is never
+replaced. ``docs/determinism.md`` says why one build's kernels cannot serve another's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata as md
-import json
 import logging
 import os
-import re
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.subjects import SUBJECTS
+from runner.compile_keys import compute_keys
 
 log = logging.getLogger("fe_ci.compile_cache")
 
-CANDIDATE_DIST = "nvidia-cudnn-frontend"
-DSL_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")
-SUBJECTS_SRC = Path(__file__).parent / "inside" / "subjects"  # dtypes and configs of the kernels
-# Bounds on what a candidate can make the runner read or keep (hostile input).
-MAX_SOURCE_FILES = 20_000
-MAX_SOURCE_BYTES = 2 << 30
+# Bounds on what a candidate can make the runner keep (hostile input).
 MAX_NEW_FILES = 10_000
 MAX_NEW_BYTES = 4 << 30
 
 # Lock files coordinate writers within a stage; published read-only, a later stage could not open
 # one for writing (the flex-attention cache takes its exclusive lock with O_WRONLY).
 LOCK_SUFFIX = ".lock"
-
-# The version a build reports is a label: it is not an input of any kernel, and a re-labelled
-# wheel with the same code keeps its kernels.
-_VERSION_LINE = re.compile(rb"^(\s*__version__\s*[:=][^\n]*)$", re.M)
-# Files of the candidate that no persisted kernel is compiled from: its native extension modules
-# (the cuDNN graph API's bindings: the CuTe DSL compiles Python, and JIT-compiled CUDA sources
-# ship as .cu/.cpp/.h files, which count) and its prose.
-NOT_KERNEL_SOURCES = (".so", ".pyd", ".dylib", ".dll", ".md", ".rst")
-SOURCE_KEY_PREFIX = "src-"  # source keys and whole-candidate keys never share a directory
-
-
-@dataclass(frozen=True)
-class CacheKey:
-    """What a compiled kernel depends on. Every field is computed by the runner."""
-
-    sources: str  # the candidate distribution's installed files, by content
-    dsl: str  # the CuTe DSL's distributions: versions and RECORDs
-    arch: str  # family and GPU model of the host that compiles
-    torch: str | None
-    python: str
-    subjects: str  # the runner's subject definitions: the dtypes and configs compiled
-
-    def digest(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(text).hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class SourceKey:
-    """What the candidate's kernels are compiled from, and nothing else of the candidate: its
-    kernel sources (every installed file but native extension modules and prose), the DSL, the
-    arch, torch, Python and the subjects' options. Two builds whose C++ extension or docs
-    differ share it."""
-
-    kernels: str
-    dsl: str
-    arch: str
-    torch: str | None
-    python: str
-    subjects: str
-
-    def digest(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True).encode()
-        return SOURCE_KEY_PREFIX + hashlib.sha256(text).hexdigest()[:28]
-
-
-class TooLarge(Exception):
-    pass
-
-
-def _hash_tree(
-    h: hashlib._Hash, base: Path, rel: str, budget: list[int], skip: tuple[str, ...] = ()
-) -> None:
-    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content,
-    leaving out files whose names end with one of ``skip``."""
-    path = base / rel
-    if rel.endswith(skip) and not path.is_dir():
-        return
-    if path.is_symlink():
-        h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
-        return
-    if path.is_dir():
-        for child in sorted(os.listdir(path)):
-            if child != "__pycache__":
-                _hash_tree(h, base, f"{rel}/{child}", budget, skip)
-        return
-    if not path.is_file():
-        return
-    budget[0] -= 1
-    budget[1] -= path.stat().st_size
-    if budget[0] < 0 or budget[1] < 0:
-        raise TooLarge(f"more than {MAX_SOURCE_FILES} files or {MAX_SOURCE_BYTES} bytes")
-    data = path.read_bytes()
-    if rel.endswith(".py"):
-        data = _VERSION_LINE.sub(b"__version__ = <label>", data)
-    h.update(f"F {rel} {len(data)}\0".encode())
-    h.update(data)
-
-
-def _top_level(dist: md.Distribution) -> list[str]:
-    """The top-level names a distribution installed (packages, modules, .pth files)."""
-    names = set()
-    for f in dist.files or ():
-        parts = Path(str(f)).parts
-        if not parts or parts[0] in ("..", "/") or parts[0].endswith(".dist-info"):
-            continue
-        names.add(parts[0])
-    return sorted(names)
-
-
-def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
-    """Every installed file of the distribution but its ``.dist-info`` (metadata, not code) and
-    those whose names end with one of ``skip``.
-
-    Walked on disk rather than trusted from RECORD: a file the candidate installed is hashed
-    whether RECORD lists it or not.
-    """
-    base = Path(str(dist.locate_file(""))).resolve()
-    h = hashlib.sha256()
-    budget = [MAX_SOURCE_FILES, MAX_SOURCE_BYTES]
-    for top in _top_level(dist):
-        _hash_tree(h, base, top, budget, skip)
-    return h.hexdigest()
-
-
-def _dist(name: str, dirs: list[Path]) -> md.Distribution | None:
-    found = list(md.distributions(name=name, path=[str(d) for d in dirs]))
-    return found[0] if found else None
-
-
-def _subjects_digest() -> str:
-    """The subject harnesses and the configs they compile (core/subjects.py declares them)."""
-    h = hashlib.sha256()
-    for path in sorted(SUBJECTS_SRC.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    configs = {name: [[c, dict(p)] for c, p in s.configs] for name, s in SUBJECTS.items()}
-    h.update(json.dumps(configs, sort_keys=True).encode())
-    return h.hexdigest()
-
-
-def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> CacheKey | None:
-    """The key for a candidate installed in ``dirs``; None when there is nothing to key on."""
-    keys = compute_keys(dirs, family=family, gpu=gpu)
-    return keys[0] if keys else None
-
-
-def compute_keys(
-    dirs: list[Path], *, family: str | None, gpu: str | None
-) -> tuple[CacheKey, SourceKey] | None:
-    """The whole-candidate key and the source key of a candidate installed in ``dirs``; None
-    when there is nothing to key on."""
-    candidate = _dist(CANDIDATE_DIST, dirs)
-    if candidate is None:
-        return None
-    try:
-        sources = source_digest(candidate)
-        kernels = source_digest(candidate, skip=NOT_KERNEL_SOURCES)
-    except (OSError, TooLarge) as exc:
-        log.warning("event=compile_cache_unkeyed reason=%s", exc)
-        return None
-    dsl = hashlib.sha256()
-    for name in DSL_DISTS:
-        d = _dist(name, dirs)
-        dsl.update(f"{name}={d.version if d else 'absent'};".encode())
-        dsl.update(((d.read_text("RECORD") if d else "") or "").encode())
-    torch = _dist("torch", dirs)
-    whole = CacheKey(
-        sources=sources,
-        dsl=dsl.hexdigest(),
-        arch=f"{family or 'none'} {gpu or 'none'}",
-        torch=torch.version if torch else None,
-        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
-        subjects=_subjects_digest(),
-    )
-    by_source = SourceKey(
-        kernels=kernels,
-        dsl=whole.dsl,
-        arch=whole.arch,
-        torch=whole.torch,
-        python=whole.python,
-        subjects=whole.subjects,
-    )
-    return whole, by_source
-
-
-def interpreter_sites(python: Path) -> list[Path]:
-    """Site directories of another interpreter, asked with ``-I -S``: no ``.pth`` file runs."""
-    code = (
-        "import json, sysconfig; "
-        "print(json.dumps([sysconfig.get_path(k) for k in ('purelib', 'platlib')]))"
-    )
-    try:
-        out = subprocess.run(
-            [str(python), "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30
-        ).stdout
-        return [Path(p) for p in dict.fromkeys(json.loads(out)) if p]
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return []
 
 
 # ---------------------------------------------------------------- the store

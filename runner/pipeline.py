@@ -32,6 +32,7 @@ from core.wire import (
 from runner import (
     candidate,
     compile_cache,
+    compile_keys,
     envs,
     install_stage,
     jobbox,
@@ -213,7 +214,7 @@ class Pipeline:
         elif self.python == Path(sys.executable):
             dirs = [Path(p) for p in sys.path if p]
         else:
-            dirs = compile_cache.interpreter_sites(self.python)
+            dirs = compile_keys.interpreter_sites(self.python)
         if (torch := envs.host_torch()) is not None:
             dirs.append(torch.site_dir)
         return [d for d in dirs if d.is_dir()]

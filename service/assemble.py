@@ -1,4 +1,4 @@
-"""Stored rows to the build report (core/wire.py), and a runner's stage result to rows."""
+"""Stored rows to the build report (core/wire/report.py), and a runner's stage result to rows."""
 
 from __future__ import annotations
 

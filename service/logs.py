@@ -1,10 +1,11 @@
 """Each stage's runner log: stored per job as the runner sent it, the service's own secrets
 redacted on the way in, served as text (``GET /api/builds/{id}/logs``) and on the build page.
 
-The runner sends the end of each stage's log with its result (``core.wire.StagePost.log``, at
-most ``LOG_MAX_CHARS``); a stage posted without one (an older runner) shows its failure tail
-(``StageResult.log_tail``) instead. Logs belong to their job's attempt: an abandoned attempt's are
-removed with its other results (``queue._clear_attempt``).
+The runner sends the end of each stage's log with its result
+(``core.wire.protocol.StagePost.log``, at most ``LOG_MAX_CHARS``); a stage posted without one (an
+older runner) shows its failure tail (``StageResult.log_tail``) instead. Logs belong to their
+job's attempt: an abandoned attempt's are removed with its other results
+(``queue._clear_attempt``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The compile cache across builds: its key, and what a candidate can and cannot do to it."""
+"""The compile cache across builds: its key (runner/compile_keys.py), and what a candidate can and
+cannot do to it (runner/compile_cache.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage
-from runner import candidate, compile_cache, jail, pipeline, pipeline_options
+from runner import candidate, compile_cache, compile_keys, jail, pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
@@ -47,7 +48,7 @@ def site(tmp_path: Path) -> Path:
 
 
 def _key(site: Path, family: str = "sm_90") -> str:
-    found = compile_cache.compute_key([site], family=family, gpu="NVIDIA H200")
+    found = compile_keys.compute_key([site], family=family, gpu="NVIDIA H200")
     assert found is not None
     return found.digest()
 
@@ -83,7 +84,7 @@ def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: 
 
 
 def test_no_candidate_no_key(tmp_path: Path) -> None:
-    assert compile_cache.compute_key([tmp_path], family="sm_90", gpu=None) is None
+    assert compile_keys.compute_key([tmp_path], family="sm_90", gpu=None) is None
 
 
 def test_publish_adds_only_new_regular_files_read_only(tmp_path: Path) -> None:

@@ -109,10 +109,11 @@ def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str
 
 # What a runner host must not need: the runner never imports the service's stack.
 SERVICE_STACK = ("service", "fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
+# runner/ and core/ with core's packages (core/wire/); runner/inside/ runs in a candidate's env.
 RUNNER_MODULES = sorted(
-    pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"
-    for pkg in ("runner", "core")
-    for p in (ROOT / pkg).glob("*.py")
+    ".".join(p.parts[:-1] if p.stem == "__init__" else (*p.parts[:-1], p.stem))
+    for pattern in ("runner/*.py", "core/*.py", "core/*/*.py")
+    for p in (q.relative_to(ROOT).with_suffix("") for q in ROOT.glob(pattern))
 )
 
 

@@ -18,7 +18,7 @@ On an sm_100 GPU the ``deterministic`` rows belong to the determinism harness: `
 its ``determinism`` argument. The module's entry point passes none, and on an sm_100 job says so in
 a ``skipped`` check, so such a job cannot read as covered.
 
-Output (``core.wire.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
+Output (``core.wire.results.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
 ``<subject>.refusal`` per activation, ``refusal.state_restored``, ``refusal.te_gate``, and
 ``refusal.determinism_harness`` on sm_100), ``findings`` (``consumer_gap``), ``refusal`` (rows:
 the ``RefusalRow`` fields plus ``state``, the request as the row saw it, and ``te`` where

@@ -1,0 +1,114 @@
+"""The wire boundary: every model the service and the runner exchange, and the build report.
+
+The service imports this package; it must not import FastAPI or SQLAlchemy, so a runner host needs
+neither. Field names here are the public contract (README.md, docs/architecture.md): add fields
+freely, rename none. Every text, number and list a runner reports is bounded (``core/bounds.py``):
+these models are the door of the runner protocol.
+
+One module per part, each name importable from here (``from core.wire import Stage``):
+``vocabulary`` (stages, statuses, verdicts, job kinds and states; the models' base), ``results``
+(what a runner reports of one stage, mirrored by ``runner/inside/documents.py``), ``protocol``
+(the runner protocol's messages) and ``report`` (the build report and the build list).
+"""
+
+from __future__ import annotations
+
+from core.wire.protocol import (
+    LOG_MAX_CHARS,
+    ClaimRequest,
+    ComparisonPoint,
+    HeartbeatAck,
+    JobFinish,
+    JobLease,
+    LeasedPost,
+    RememberedConfig,
+    RunnerOffline,
+    RunnerRegister,
+    RunnerRegistered,
+    RunnerResume,
+    RunnerResumed,
+    StagePost,
+)
+from core.wire.report import (
+    BuildAccepted,
+    BuildReport,
+    BuildsPage,
+    BuildSummary,
+    Cause,
+    DriftReport,
+    Gate,
+    HistoryRow,
+    JobReport,
+    NotRun,
+    RefusalReport,
+)
+from core.wire.results import (
+    Capability,
+    Check,
+    DriftRow,
+    Environment,
+    Finding,
+    RefusalRow,
+    StageResult,
+    Timings,
+    TimingValue,
+)
+from core.wire.vocabulary import (
+    STAGE_ORDER,
+    BuildStatus,
+    Conclusion,
+    JobKind,
+    JobState,
+    Severity,
+    Stage,
+    Status,
+    Verdict,
+    WireModel,
+)
+
+__all__ = [
+    "LOG_MAX_CHARS",
+    "STAGE_ORDER",
+    "BuildAccepted",
+    "BuildReport",
+    "BuildStatus",
+    "BuildSummary",
+    "BuildsPage",
+    "Capability",
+    "Cause",
+    "Check",
+    "ClaimRequest",
+    "ComparisonPoint",
+    "Conclusion",
+    "DriftReport",
+    "DriftRow",
+    "Environment",
+    "Finding",
+    "Gate",
+    "HeartbeatAck",
+    "HistoryRow",
+    "JobFinish",
+    "JobKind",
+    "JobLease",
+    "JobReport",
+    "JobState",
+    "LeasedPost",
+    "NotRun",
+    "RefusalReport",
+    "RefusalRow",
+    "RememberedConfig",
+    "RunnerOffline",
+    "RunnerRegister",
+    "RunnerRegistered",
+    "RunnerResume",
+    "RunnerResumed",
+    "Severity",
+    "Stage",
+    "StagePost",
+    "StageResult",
+    "Status",
+    "TimingValue",
+    "Timings",
+    "Verdict",
+    "WireModel",
+]

@@ -1,0 +1,85 @@
+"""The words of the wire: stages, statuses, severities, verdicts, job kinds and states, build
+statuses and the gate's conclusions; and ``WireModel``, the base of every model that crosses
+between the service and the runner (unknown fields are ignored, so either side may add some).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Stage(StrEnum):
+    build = "build"
+    install = "install"
+    probe = "probe"
+    determinism = "determinism"
+    numerics = "numerics"
+    refusal = "refusal"
+
+
+STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
+
+
+class Status(StrEnum):
+    """Outcome of a stage or a check."""
+
+    pass_ = "pass"
+    fail = "fail"
+    inconclusive = "inconclusive"
+    error = "error"
+    timeout = "timeout"
+    crashed = "crashed"
+    skipped = "skipped"
+    not_applicable = "not_applicable"
+
+
+class Severity(StrEnum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+class Verdict(StrEnum):
+    pending = "pending"
+    cancelled = "cancelled"
+    fail = "fail"
+    error = "error"
+    inconclusive = "inconclusive"
+    incomplete = "incomplete"
+    pass_ = "pass"
+
+
+class JobKind(StrEnum):
+    build = "build"
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class JobState(StrEnum):
+    waiting = "waiting"
+    queued = "queued"
+    leased = "leased"
+    finished = "finished"
+    cancelled = "cancelled"
+
+
+class BuildStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    finished = "finished"
+    cancelled = "cancelled"
+
+
+class Conclusion(StrEnum):
+    """What the gate says (``core/gate.py``): GitHub's check-run words, plus ``pending``."""
+
+    success = "success"
+    failure = "failure"
+    neutral = "neutral"  # a required check did not run
+    pending = "pending"  # a required check has still to run
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)

@@ -1,0 +1,144 @@
+"""What the jobs of a build reported, row by row (findings, capabilities, drift, refusal rows,
+stage logs, determinism records), and the report of a finished build, stored once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.models.base import Base, PerJob, UTCDateTime, utcnow
+
+
+class FindingRow(PerJob, Base):
+    __tablename__ = "findings"
+
+    kind: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    subject: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class CapabilityRow(PerJob, Base):
+    __tablename__ = "capabilities"
+
+    subject: Mapped[str] = mapped_column(String(64))
+    importable: Mapped[bool] = mapped_column(Boolean)
+    knob: Mapped[str] = mapped_column(String(64))
+    present: Mapped[bool] = mapped_column(Boolean)
+    default: Mapped[str | None] = mapped_column(String(100))
+    method: Mapped[str | None] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    entry_point: Mapped[str] = mapped_column(String(200), default="")
+
+
+class DriftRowDB(PerJob, Base):
+    __tablename__ = "drift"
+    # the trends page: one subject's control arm over the newest builds
+    __table_args__ = (Index("ix_drift_subject_arm_build_id", "subject", "arm", "build_id"),)
+
+    family: Mapped[str | None] = mapped_column(String(16))
+    subject: Mapped[str] = mapped_column(String(64))
+    output: Mapped[str] = mapped_column(String(32))
+    arm: Mapped[str] = mapped_column(String(16))
+    runs: Mapped[int] = mapped_column(Integer)
+    differing: Mapped[int] = mapped_column(Integer)
+    distinct: Mapped[int] = mapped_column(Integer)
+    max_abs_diff: Mapped[float | None] = mapped_column(Float)
+    finite: Mapped[bool] = mapped_column(Boolean)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    luck_probability: Mapped[float | None] = mapped_column(Float)
+    stopped_by: Mapped[str | None] = mapped_column(String(32))
+
+
+class RefusalRowDB(PerJob, Base):
+    __tablename__ = "refusal_rows"
+
+    activation: Mapped[str] = mapped_column(String(16))
+    request: Mapped[str] = mapped_column(String(32))
+    scale_bias: Mapped[bool] = mapped_column(Boolean)
+    fc1_bias: Mapped[bool] = mapped_column(Boolean)
+    unit_scale: Mapped[bool] = mapped_column(Boolean)
+    expected: Mapped[str] = mapped_column(String(16))
+    observed: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    call_kwargs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class DeterminismRecord(PerJob, Base):
+    """One subject's deterministic arm on one job, compared with the previous comparable build.
+
+    ``key`` is ``core.history.comparable_key`` of the measurement's comparable fields;
+    ``measured`` keeps what the next build compares against (digests, sample, cost).
+    """
+
+    __tablename__ = "determinism_records"
+
+    family: Mapped[str | None] = mapped_column(String(16))
+    subject: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(64), index=True)
+    config: Mapped[str | None] = mapped_column(String(200))
+    measured: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    bits: Mapped[str] = mapped_column(String(16))
+    changed: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    previous_build_id: Mapped[int | None] = mapped_column(
+        ForeignKey("builds.id", ondelete="SET NULL")
+    )
+    cost_ratio: Mapped[float | None] = mapped_column(Float)
+    previous_cost_ratio: Mapped[float | None] = mapped_column(Float)
+    cost_regressed: Mapped[bool] = mapped_column(Boolean, default=False)
+    timer: Mapped[str | None] = mapped_column(String(16))
+    # the comparison point's series it was measured at; None: measured before any pin existed
+    pin_id: Mapped[int | None] = mapped_column(
+        ForeignKey("comparison_pins.id", ondelete="SET NULL"), index=True
+    )
+    # the cost gate's band at the time (core.history.CostBand): median, limit, builds
+    cost_band: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class StageLog(PerJob, Base):
+    """One stage's runner log as the runner sent it (its last ``core.wire.protocol.LOG_MAX_CHARS``),
+    the service's own secrets redacted (``service/logs.py``)."""
+
+    __tablename__ = "stage_logs"
+    __table_args__ = (UniqueConstraint("job_id", "stage"),)
+
+    stage: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text, default="")
+
+
+PER_JOB_TABLES: tuple[type[PerJob], ...] = (
+    StageLog,
+    FindingRow,
+    CapabilityRow,
+    DriftRowDB,
+    RefusalRowDB,
+    DeterminismRecord,
+)
+
+
+class FinishedReport(Base):
+    """The report of a build that can no longer change, as served (service/stored_reports.py)."""
+
+    __tablename__ = "finished_reports"
+
+    build_id: Mapped[int] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer)
+    etag: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
