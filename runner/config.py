@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core import harness
 from runner import redact, uids
 
 
@@ -40,10 +41,10 @@ class RunnerSettings(BaseSettings):
     data_dir: Path = Path("./data")
     stage_timeout_s: float = Field(default=1800.0, gt=0)
     install_timeout_s: float = Field(default=1800.0, gt=0)
-    repeats: int = Field(default=8, ge=2)
-    max_repeats: int = Field(default=64, ge=2)
-    luck_target: float = Field(default=1e-3, gt=0, lt=1)
-    control_share: float = Field(default=0.5, gt=0, le=1)
+    repeats: int = Field(default=harness.REPEATS, ge=2)
+    max_repeats: int = Field(default=harness.MAX_REPEATS, ge=2)
+    luck_target: float = Field(default=harness.LUCK_TARGET, gt=0, lt=1)
+    control_share: float = Field(default=harness.CONTROL_SHARE, gt=0, le=1)
     cost_factor: float = Field(default=1.25, gt=1)  # validate --previous: cost regression gate
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)

@@ -86,3 +86,22 @@ def test_a_commit_is_built_from_the_runners_settings_in_one_place(tmp_path: Path
     seen = tmp_path / "m.py"
     seen.write_text("def f(s):\n    return build.run_build('r', 'c', cache_dir=s)\n")
     assert _calls(seen, "run_build") == [2]
+
+
+def test_the_harness_defaults_are_core_harness_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's settings, a pipeline run's options, the walk's settings and a determinism
+    stage given no parameters start from ``core/harness.py``: a default restated in one of them
+    drifts from the others."""
+    from core import harness
+    from runner.inside import plan, walk
+
+    for key in ("REPEATS", "MAX_REPEATS", "LUCK_TARGET", "CONTROL_SHARE"):
+        monkeypatch.delenv(f"FE_CI_{key}", raising=False)
+    expected = (harness.REPEATS, harness.MAX_REPEATS, harness.LUCK_TARGET, harness.CONTROL_SHARE)
+    options = pipeline_options.Options(stages=[], work_dir=tmp_path)
+    for found in (RunnerSettings(), options, walk.Settings(), plan.settings({})):
+        assert (found.repeats, found.max_repeats, found.luck_target, found.control_share) == (
+            expected
+        ), type(found)
