@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core import harness
+from core import harness, history
 from runner import redact, uids
 
 
@@ -45,7 +45,8 @@ class RunnerSettings(BaseSettings):
     max_repeats: int = Field(default=harness.MAX_REPEATS, ge=2)
     luck_target: float = Field(default=harness.LUCK_TARGET, gt=0, lt=1)
     control_share: float = Field(default=harness.CONTROL_SHARE, gt=0, le=1)
-    cost_factor: float = Field(default=1.25, gt=1)  # validate --previous: cost regression gate
+    # validate --previous: the cost regression gate, as the service's (core.history.cost_band)
+    cost_factor: float = Field(default=history.DEFAULT_COST_FACTOR, gt=1.0)
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)
     # back-off through a service outage: jittered, doubling from the first wait up to the cap

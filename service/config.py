@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core import gate
+from core import gate, history
 from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret", "admin_token")
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     sweep_interval_s: float = Field(default=5.0, gt=0)
     # determinism_cost_regressed: the deterministic/control ratio left the band learned from the
     # series and is more than this factor over the series' median (core.history.cost_band)
-    cost_factor: float = Field(default=1.25, gt=1.0)
+    cost_factor: float = Field(default=history.DEFAULT_COST_FACTOR, gt=1.0)
     # A push payload of one commit is about 8 KB (the repository object is most of it); 1 MiB
     # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
     # GitHub's webhook page, and can be redelivered after raising this.
