@@ -7,9 +7,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from core.wire import Stage
-from runner import pipeline_options
+from runner import envs, jail, pipeline_options
 from runner.config import RunnerSettings
 from testkit.service import ROOT
 
@@ -105,3 +106,42 @@ def test_the_harness_defaults_are_core_harness_everywhere(
         assert (found.repeats, found.max_repeats, found.luck_target, found.control_share) == (
             expected
         ), type(found)
+
+
+def test_the_sandbox_and_the_installer_are_runner_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FE_CI_SANDBOX`` and ``FE_CI_INSTALLER`` are read as every other setting: in any case, and
+    a misspelt one is refused instead of quietly meaning the weakest sandbox or uv."""
+    monkeypatch.setenv("FE_CI_SANDBOX", " PGroup ")
+    monkeypatch.setenv("FE_CI_INSTALLER", "PIP")
+    jail.mechanism.cache_clear()
+    try:
+        assert (RunnerSettings().sandbox, jail.mechanism().name) == ("pgroup", "pgroup")
+        assert (RunnerSettings().installer, envs.choose_installer()) == ("pip", "pip")
+        monkeypatch.setenv("FE_CI_SANDBOX", "bwarp")
+        jail.mechanism.cache_clear()
+        with pytest.raises(ValidationError, match="sandbox"):
+            jail.mechanism()
+    finally:
+        monkeypatch.undo()
+        jail.mechanism.cache_clear()
+    monkeypatch.setenv("FE_CI_INSTALLER", "pipp")
+    with pytest.raises(ValidationError, match="installer"):
+        envs.choose_installer()
+
+
+def test_the_service_and_fe_ci_bisect_cap_a_bisection_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FE_CI_BISECT_MAX_BUILDS`` is one setting of both sides, defaulting to
+    ``core.bisection``'s cap, and refused alike outside 1..64."""
+    from core import bisection
+    from service.config import Settings
+
+    monkeypatch.delenv("FE_CI_BISECT_MAX_BUILDS", raising=False)
+    caps = {Settings(data_dir=tmp_path).bisect_max_builds, RunnerSettings().bisect_max_builds}
+    assert caps == {bisection.DEFAULT_MAX_BUILDS}
+    monkeypatch.setenv("FE_CI_BISECT_MAX_BUILDS", "3")
+    assert RunnerSettings().bisect_max_builds == Settings(data_dir=tmp_path).bisect_max_builds == 3
+    monkeypatch.setenv("FE_CI_BISECT_MAX_BUILDS", "0")
+    with pytest.raises(ValidationError):
+        RunnerSettings()
