@@ -30,7 +30,7 @@ from service import (
     queue,
     uploads,
 )
-from service.api import bisections, builds, pins, runners, validate, webhooks
+from service.api import bisections, builds, jobs, pins, runners, validate, webhooks
 from service.config import Settings, private_dir
 from service.deps import SessionDep
 from service.errors import ApiError
@@ -154,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(validate.router)
     app.include_router(builds.router)
     app.include_router(runners.router)
+    app.include_router(jobs.router)
     app.include_router(webhooks.router)
     app.include_router(bisections.router)
     app.include_router(pins.router)
