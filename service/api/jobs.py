@@ -44,7 +44,7 @@ from service import (
     uploads,
 )
 from service.assemble import store_stage
-from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep
+from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, open_session, session_maker
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
@@ -93,8 +93,7 @@ def _claim_once(
     request: Request, runner_id: int, since: datetime
 ) -> JobLease | Literal["gone"] | None:
     settings = request.app.state.settings
-    session: Session
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         runner = queue.seen_claiming(session, runner_id, since)
         if runner is None:  # it said it is stopping while this claim waited
             session.commit()
@@ -122,7 +121,7 @@ async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> 
             return Response(status_code=204)
         if isinstance(lease, JobLease):
             if await request.is_disconnected():  # it left as the job was taken: hand it back
-                sessions = request.app.state.sessions
+                sessions = session_maker(request.app)
                 await run_in_threadpool(queue.hand_back, sessions, lease.job_id, lease.lease_token)
                 notify.queue_changed(request.app)
                 return Response(status_code=204)
@@ -273,7 +272,7 @@ async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -
 
 
 def _check_build_lease(request: Request, runner_id: int, job_id: int, token: str) -> None:
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         runner = session.get(Runner, runner_id)
         assert runner is not None
         job = _leased_job(session, runner, job_id, token)
@@ -282,8 +281,7 @@ def _check_build_lease(request: Request, runner_id: int, job_id: int, token: str
 
 
 def _record_artifact(request: Request, job_id: int, stored: uploads.StoredWheel, tag: str) -> None:
-    session: Session
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         job = session.get(Job, job_id)
         assert job is not None
         build = job.build
