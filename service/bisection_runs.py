@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from core import commits as git
 from core.bisection import Answer, Mark, Search, Step
 from core.transitions import Question, detect, judge, observe
-from core.wire import BuildReport, Stage, Status
+from core.verdict import ENDED_WELL
+from core.wire import BuildReport, Stage
 from service import events, queue, stored_reports
 from service.config import Settings
 from service.models import Bisection, BisectionStep, Build, utcnow
@@ -98,7 +99,7 @@ def _skip_detail(question: Question, report: BuildReport) -> str:
     wanted = [Stage.build, *question.stages]
     for job in report.jobs:
         for stage in job.stages:
-            if stage.name in wanted and stage.status not in (Status.pass_, Status.not_applicable):
+            if stage.name in wanted and stage.status not in ENDED_WELL:
                 return f"{stage.name.value} {stage.status.value}: {stage.reason}"[:300]
     for job in report.jobs:
         if job.reason:
