@@ -7,8 +7,8 @@ transaction that finished the build). The ``Driver`` does the rest off the reque
 the midpoint that runs only the deciding stages, judges it when it finishes, and narrows
 (``core.bisection``, the same search ``fe-ci bisect`` runs) until it names the first bad commit,
 or a range, or the cap is reached. Step builds carry ``bisection_id``: GitHub hears nothing of them
-(``service.github``) and no line compares against them (``service.lines``). A newer push does not
-cancel a bisection; ``cancel`` does.
+(``service.github``) and no line compares against them (``service.feature_regression``). A newer
+push does not cancel a bisection; ``cancel`` does.
 """
 
 from __future__ import annotations
