@@ -79,11 +79,11 @@ def test_the_runner_builds_options_only_from_its_settings(tmp_path: Path) -> Non
 
 
 def test_a_commit_is_built_from_the_runners_settings_in_one_place(tmp_path: Path) -> None:
-    """A builder runner, ``fe-ci validate --commit`` and ``fe-ci bisect`` build a commit through
-    ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
+    """A builder runner's job, ``fe-ci validate --commit`` and ``fe-ci bisect`` build a commit
+    through ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
     assert _callers("run_build", ROOT / "runner" / "build.py") == {}
     users = set(_callers("build_commit", ROOT / "runner" / "build.py"))
-    assert users == {"runner/agent.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
+    assert users == {"runner/job_runner.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
     seen = tmp_path / "m.py"
     seen.write_text("def f(s):\n    return build.run_build('r', 'c', cache_dir=s)\n")
     assert _calls(seen, "run_build") == [2]
