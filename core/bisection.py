@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+DEFAULT_MAX_BUILDS = 8  # step builds one bisection may use (``FE_CI_BISECT_MAX_BUILDS``)
+
 
 class Mark(StrEnum):
     good = "good"

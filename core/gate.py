@@ -27,7 +27,17 @@ from collections.abc import Iterable
 from core import repro
 from core.subjects import FAMILIES, SUBJECTS
 from core.text import shorten
-from core.verdict import Judgement, causes, finding_stage, judge, judge_job, no_runner
+from core.verdict import (
+    NO_ANSWER,
+    OPEN_JOBS,
+    WORST_FIRST,
+    Judgement,
+    causes,
+    finding_stage,
+    judge,
+    judge_job,
+    no_runner,
+)
 from core.wire import (
     BuildReport,
     Conclusion,
@@ -44,7 +54,6 @@ from core.wire import (
 
 ALL = "all"
 REASON_CHARS = 300
-_ACTIVE = (JobState.waiting, JobState.queued, JobState.leased)
 _PER_SUBJECT = (Stage.determinism, Stage.numerics)
 _BY_VERDICT = {
     Verdict.pass_: Conclusion.success,
@@ -139,7 +148,7 @@ def _requirement(report: BuildReport, name: str) -> tuple[Conclusion, str]:
 def _family(report: BuildReport, family: str) -> tuple[Conclusion, str]:
     jobs = [j for j in report.jobs if j.kind == JobKind.gpu and j.family == family]
     if not jobs:
-        if report.verdict == Verdict.pending and any(j.status in _ACTIVE for j in report.jobs):
+        if report.verdict == Verdict.pending and any(j.status in OPEN_JOBS for j in report.jobs):
             return Conclusion.pending, f"no {family} job yet"
         return Conclusion.neutral, f"no {family} job ({no_runner([family])})"
     judged = [_of(judge_job(report, job)) for job in jobs]
@@ -153,7 +162,7 @@ def _stage(report: BuildReport, stage: Stage) -> tuple[Conclusion, str]:
     for job in report.jobs:
         ran = [s for s in job.stages if s.name == stage]
         ended_in_error = job.status == JobState.finished and job.reason.startswith("error")
-        if ran or job.status in _ACTIVE or ended_in_error:
+        if ran or job.status in OPEN_JOBS or ended_in_error:
             jobs.append(job.model_copy(update={"stages": ran}))
     errors = [
         f
@@ -178,7 +187,7 @@ def _subject(report: BuildReport, name: str) -> tuple[Conclusion, str]:
         jobs.append(job.model_copy(update={"stages": [s for s in stages if s is not None]}))
     cap = report.capabilities.get(name)
     if cap is None and not errors:
-        if any(j.status in _ACTIVE for j in report.jobs):
+        if any(j.status in OPEN_JOBS for j in report.jobs):
             return Conclusion.pending, "not probed yet"
         return Conclusion.neutral, "no probe result"
     caps = {name: cap} if cap is not None else {}
@@ -199,20 +208,10 @@ def _only(stage: StageResult, name: str) -> StageResult | None:
     if mine:
         worst = _worst([c.status for c in mine])
         return stage.model_copy(update={"checks": mine, "status": worst, "reason": ""})
-    if stage.status in (Status.error, Status.timeout, Status.crashed, Status.skipped):
+    if stage.status in NO_ANSWER:
         return stage
     return None
 
 
 def _worst(statuses: list[Status]) -> Status:
-    order = (
-        Status.fail,
-        Status.crashed,
-        Status.timeout,
-        Status.error,
-        Status.inconclusive,
-        Status.skipped,
-        Status.pass_,
-        Status.not_applicable,
-    )
-    return min(statuses, key=order.index)
+    return min(statuses, key=WORST_FIRST.index)

@@ -12,10 +12,8 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from core.comparable import ConfigKey
-from core.wire import BuildReport, Check, Environment, RememberedConfig, Stage, Status
-
-# Statuses whose config is worth remembering: the control was measured there.
-_MEASURED = (Status.pass_, Status.fail, Status.inconclusive)
+from core.verdict import ANSWERED
+from core.wire import BuildReport, Check, Environment, RememberedConfig, Stage
 
 
 def chosen(
@@ -30,7 +28,7 @@ def chosen(
     out: list[RememberedConfig] = []
     for check in checks:
         subject, _, what = check.name.partition(".")
-        if what != "deterministic" or check.status not in _MEASURED:
+        if what != "deterministic" or check.status not in ANSWERED:  # the control was measured
             continue
         config = (check.metrics.get("config") or {}).get("name")
         varying = (check.metrics.get("control") or {}).get("varying") or 0

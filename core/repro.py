@@ -9,11 +9,9 @@ from __future__ import annotations
 import shlex
 
 from core.subjects import SUBJECTS
-from core.wire import BuildReport, Check, Stage, Status
+from core.verdict import NOT_PASSED
+from core.wire import BuildReport, Check, Stage
 
-NEEDS_REPRO = frozenset(
-    {Status.fail, Status.inconclusive, Status.error, Status.timeout, Status.crashed}
-)
 _PER_SUBJECT = (Stage.determinism, Stage.numerics)
 
 
@@ -44,6 +42,6 @@ def attach(report: BuildReport) -> BuildReport:
     for job in report.jobs:
         for stage in job.stages:
             for check in stage.checks:
-                if check.status in NEEDS_REPRO:
+                if check.status in NOT_PASSED:
                     check.repro = repro_line(where, stage.name, check)
     return report

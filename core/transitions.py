@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from core.bisection import Mark
+from core.verdict import NO_ANSWER
 from core.wire import BuildReport, JobKind, RefusalReport, Stage, StageResult, Status
 
-# A stage that ended like this answered nothing: the commit is skipped.
-_NO_ANSWER = {Status.error, Status.timeout, Status.crashed, Status.skipped}
 PRESENT, ABSENT = "present", "absent"
 
 
@@ -70,7 +69,8 @@ def _stages(report: BuildReport, name: Stage, family: str | None) -> Iterator[St
 
 def _answered(report: BuildReport, name: Stage, family: str | None) -> bool:
     """The deciding stage ran on some job and ended with an answer."""
-    return any(s.status not in _NO_ANSWER for s in _stages(report, name, family))
+    # a stage that answered nothing (``NO_ANSWER``) leaves the commit skipped
+    return any(s.status not in NO_ANSWER for s in _stages(report, name, family))
 
 
 # ------------------------------------------------------------------ findings that appear

@@ -25,9 +25,27 @@ from core.wire import (
     Verdict,
 )
 
-# The one place for these sets: the grid, the build page and the JUnit XML read them from here.
+# The one place for these sets and this order: the gate, the repro lines, bisection, remembered
+# configs, the grid, the build page, the JUnit XML and the GitHub statuses read them from here.
 ERRORED = frozenset({Status.error, Status.timeout, Status.crashed})  # ended without an answer
-RAN = frozenset({Status.pass_, Status.fail, Status.inconclusive}) | ERRORED  # a check that ran
+ANSWERED = frozenset({Status.pass_, Status.fail, Status.inconclusive})  # ran and answered
+RAN = ANSWERED | ERRORED  # a check that ran
+NOT_PASSED = RAN - {Status.pass_}  # ran and did not pass: each gets a repro line
+NO_ANSWER = ERRORED | {Status.skipped}  # could have said, and did not
+NOT_RUN = frozenset({Status.skipped, Status.not_applicable})  # could have run, or cannot apply
+ENDED_WELL = frozenset({Status.pass_, Status.not_applicable})  # lowers no verdict
+# Worst first: the status that stands for several (a stage's checks, a subject's jobs).
+WORST_FIRST = (
+    Status.fail,
+    Status.crashed,
+    Status.timeout,
+    Status.error,
+    Status.inconclusive,
+    Status.skipped,
+    Status.pass_,
+    Status.not_applicable,
+)
+OPEN_JOBS = frozenset({JobState.waiting, JobState.queued, JobState.leased})  # not ended yet
 REASON_CHARS = 240  # the verdict's reason: a summary; the cause list says the rest
 CAUSE_CHARS = 200  # one cause's reason, on one line
 # The stage a finding comes from, by kind; any other kind is the probe's (its ledger, its
@@ -145,7 +163,7 @@ def judge(report: BuildReport) -> Judgement:
 
 def _verdict(report: BuildReport) -> Judgement:
     jobs = report.jobs
-    pending = [j for j in jobs if j.status in (JobState.waiting, JobState.queued, JobState.leased)]
+    pending = [j for j in jobs if j.status in OPEN_JOBS]
     if pending and report.status != "cancelled":
         return Judgement(Verdict.pending, f"{len(pending)} job(s) not finished")
     if report.status == "cancelled":
@@ -226,7 +244,7 @@ def causes(report: BuildReport) -> list[Cause]:
     unsure: list[Cause] = []
     for job, stage in _stages(report.jobs):
         where = {"stage": stage.name, "job_id": job.id, "family": job.family}
-        bad = [c for c in stage.checks if c.status in (Status.fail, *ERRORED, Status.inconclusive)]
+        bad = [c for c in stage.checks if c.status in NOT_PASSED]
         for check in bad:
             if check.status == Status.inconclusive and stage.name != Stage.determinism:
                 continue

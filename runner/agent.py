@@ -103,7 +103,6 @@ class Agent:
             backoff=self.intervals.backoff,
             heartbeat_s=self.intervals.heartbeat_s,
         )
-        self.jobs_done = 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -213,7 +212,6 @@ class Agent:
                         self.stop.wait(self._jitter(self.intervals.poll_s))
                     continue
                 self.run_job(lease)
-                self.jobs_done += 1
                 if self.once:
                     return 0
                 # straight back to claiming: there is likely another job waiting

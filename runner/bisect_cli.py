@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from core import commits, transitions
-from core.bisection import Answer, Outcome, Search
+from core.bisection import DEFAULT_MAX_BUILDS, Answer, Outcome, Search
 from core.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
 from runner import build, labels, localreport, pipeline, pipeline_options
 from runner.cli_common import fail, parse_stages
@@ -82,13 +82,13 @@ def bisect(
         ),
     ] = "probe",
     max_builds: Annotated[
-        int,
+        int | None,
         typer.Option(
             metavar="N",
-            envvar="FE_CI_BISECT_MAX_BUILDS",
-            help="builds between GOOD and BAD at most",
+            help="builds between GOOD and BAD at most [default: FE_CI_BISECT_MAX_BUILDS, "
+            f"{DEFAULT_MAX_BUILDS}]",
         ),
-    ] = 8,
+    ] = None,
     work_dir: Annotated[
         Path | None, typer.Option(metavar="DIR", help="keep the builds and logs here")
     ] = None,
@@ -123,7 +123,8 @@ def bisect(
         question = questions[0]
         typer.echo(f"question: {question.summary()}", err=True)
         search = Search(tuple(path))
-        while (answer := search.done(max_builds)) is None:
+        cap = local.s.bisect_max_builds if max_builds is None else max_builds
+        while (answer := search.done(cap)) is None:
             sha = search.next_commit()
             assert sha is not None
             report = local.evaluate(sha, base.capabilities)

@@ -153,12 +153,6 @@ def _subjects_digest() -> str:
     return h.hexdigest()
 
 
-def compute_key(dirs: list[Path], *, family: str | None, gpu: str | None) -> CacheKey | None:
-    """The key for a candidate installed in ``dirs``; None when there is nothing to key on."""
-    keys = compute_keys(dirs, family=family, gpu=gpu)
-    return keys[0] if keys else None
-
-
 def compute_keys(
     dirs: list[Path], *, family: str | None, gpu: str | None
 ) -> tuple[CacheKey, SourceKey] | None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core import bisection, harness, history
 from runner import redact, uids
 
 
@@ -22,6 +23,11 @@ def _labels(value: object) -> object:
                 out[key.strip()] = val.strip() or "1"
         return out
     return value
+
+
+def _word(value: object) -> object:
+    """A choice as written, in any case and with spaces around it: `` BWRAP`` is ``bwrap``."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 class RunnerSettings(BaseSettings):
@@ -39,12 +45,20 @@ class RunnerSettings(BaseSettings):
     cache_dir: Path = Path.home() / ".cache" / "fe-ci"
     data_dir: Path = Path("./data")
     stage_timeout_s: float = Field(default=1800.0, gt=0)
+    # how candidate code is isolated (``runner/jail.py``): ``auto`` takes the first this host
+    # allows; ``none`` is a process group without a uid of its own
+    sandbox: Literal["auto", "bwrap", "unshare", "pgroup", "none"] = "auto"
+    # who installs candidates (``runner/envs.py``): ``auto`` and ``uv`` take uv where present
+    installer: Literal["auto", "uv", "pip"] = "auto"
     install_timeout_s: float = Field(default=1800.0, gt=0)
-    repeats: int = Field(default=8, ge=2)
-    max_repeats: int = Field(default=64, ge=2)
-    luck_target: float = Field(default=1e-3, gt=0, lt=1)
-    control_share: float = Field(default=0.5, gt=0, le=1)
-    cost_factor: float = Field(default=1.25, gt=1)  # validate --previous: cost regression gate
+    repeats: int = Field(default=harness.REPEATS, ge=2)
+    max_repeats: int = Field(default=harness.MAX_REPEATS, ge=2)
+    luck_target: float = Field(default=harness.LUCK_TARGET, gt=0, lt=1)
+    control_share: float = Field(default=harness.CONTROL_SHARE, gt=0, le=1)
+    # validate --previous: the cost regression gate, as the service's (core.history.cost_band)
+    cost_factor: float = Field(default=history.DEFAULT_COST_FACTOR, gt=1.0)
+    # fe-ci bisect: step builds between GOOD and BAD at most, as a bisection of the service
+    bisect_max_builds: int = Field(default=bisection.DEFAULT_MAX_BUILDS, ge=1, le=64)
     poll_interval_s: float = Field(default=2.0, gt=0)
     claim_wait_s: float = Field(default=20.0, ge=0, le=30)
     # back-off through a service outage: jittered, doubling from the first wait up to the cap
@@ -58,6 +72,7 @@ class RunnerSettings(BaseSettings):
     sandbox_uid_span: int = Field(default=10_000, ge=16, le=1_000_000)
 
     _split = field_validator("runner_labels", mode="before")(_labels)
+    _choice = field_validator("sandbox", "installer", mode="before")(_word)
 
     def uid_range(self) -> uids.UidRange:
         return uids.UidRange.default(self.sandbox_uid_base, self.sandbox_uid_span)

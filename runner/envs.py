@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import email.parser
 import importlib.metadata
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import layers, sandbox
+from runner.config import RunnerSettings
 
 if TYPE_CHECKING:
     from runner.jobbox import JobBox
@@ -224,8 +224,7 @@ def find_uv() -> str | None:
 
 def choose_installer() -> str:
     """``FE_CI_INSTALLER`` (``uv`` or ``pip``), else uv where present, else pip."""
-    wanted = os.environ.get("FE_CI_INSTALLER", "auto").strip().lower()
-    if wanted == "pip":
+    if RunnerSettings().installer == "pip":
         return "pip"
     if find_uv() is not None:
         return "uv"

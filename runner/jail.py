@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from runner.config import RunnerSettings
+
 log = logging.getLogger("fe_ci.sandbox")
 
 # What a candidate's sandbox should have; ``user`` (a user namespace) is how bwrap builds them
@@ -251,7 +253,7 @@ def _pgroup_mechanism(root: bool, drop: bool = True) -> Mechanism:
 @functools.cache
 def mechanism() -> Mechanism:
     """The strongest sandbox this host allows (or the one ``FE_CI_SANDBOX`` names), tried once."""
-    wanted = os.environ.get("FE_CI_SANDBOX", "auto").strip().lower()
+    wanted = RunnerSettings().sandbox
     root = os.geteuid() == 0
     if wanted == "none":
         return _pgroup_mechanism(root, drop=False)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core import regression, subjects
 from core.subjects import SUBJECTS
+from core.verdict import ENDED_WELL, ERRORED
 from core.wire import (
     STAGE_ORDER,
     Check,
@@ -185,7 +186,7 @@ class Pipeline:
         own = not self.opts.preinstalled or self.python == Path(sys.executable)
         expect_torch = own and envs.host_torch() is not None
         result = self.run_inside(Stage.probe, {"expect_torch": expect_torch})
-        if result.status in (Status.timeout, Status.crashed, Status.error):
+        if result.status in ERRORED:
             return result
         doc = self._extra.get(Stage.probe, {})
         self.result.capabilities = dict(result.capabilities)
@@ -345,15 +346,11 @@ class Pipeline:
             else:
                 res = self.refusal()
             self._emit(res)
-            if stage == Stage.install and res.status not in (Status.pass_, Status.not_applicable):
+            if stage == Stage.install and res.status not in ENDED_WELL:
                 self._skip_rest(pending, "install failed")
                 break
-            if stage == Stage.probe and res.status in (
-                Status.fail,  # the candidate does not import: nothing later could run it
-                Status.error,
-                Status.timeout,
-                Status.crashed,
-            ):
+            # fail: the candidate does not import, so nothing later could run it
+            if stage == Stage.probe and res.status in ERRORED | {Status.fail}:
                 self._skip_rest(pending, "probe failed")
                 break
         for stage in STAGE_ORDER if o.report_unselected else ():

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import harness
 from core.wire import Capability, ComparisonPoint, RememberedConfig, Stage
 from runner import redact, uids
 from runner.config import RunnerSettings
@@ -26,10 +27,10 @@ class Options:
     wheelhouse: Path | None = None
     stage_timeout_s: float = 1800.0
     install_timeout_s: float = 1800.0
-    repeats: int = 8
-    max_repeats: int = 64
-    luck_target: float = 1e-3
-    control_share: float = 0.5
+    repeats: int = harness.REPEATS
+    max_repeats: int = harness.MAX_REPEATS
+    luck_target: float = harness.LUCK_TARGET
+    control_share: float = harness.CONTROL_SHARE
     negative_control: bool = False
     family: str | None = None
     gpu: str | None = None

@@ -30,9 +30,9 @@ from service import (
     queue,
     uploads,
 )
-from service.api import bisections, builds, pins, runners, validate, webhooks
+from service.api import bisections, builds, jobs, pins, runners, validate, webhooks
 from service.config import Settings, private_dir
-from service.deps import SessionDep
+from service.deps import SessionDep, open_session, session_maker
 from service.errors import ApiError
 from service.web import apidocs, views
 
@@ -91,7 +91,7 @@ async def _sweeper(app: FastAPI) -> None:
 
 
 def _sweep_once(app: FastAPI) -> int:
-    with app.state.sessions() as session:
+    with open_session(app) as session:
         changed = queue.sweep(session)
         session.commit()
         return changed
@@ -103,7 +103,7 @@ async def _blob_sweeper(app: FastAPI) -> None:
     while True:
         await asyncio.sleep(settings.sweep_interval_s)
         try:
-            await asyncio.to_thread(_sweep_blobs, app.state.sessions, settings, "periodic")
+            await asyncio.to_thread(_sweep_blobs, session_maker(app), settings, "periodic")
         except Exception:
             log.exception("event=blob_sweep_failed")
 
@@ -119,7 +119,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     db.migrate(settings.url)
     engine = db.make_engine(settings.url)
     uploads.sweep_tmp(settings.data_dir)
-    _sweep_blobs(db.session_factory(engine), settings, "startup")
+    sessions = db.session_factory(engine)
+    sessions.configure(info={"settings": settings})  # the report reads FE_CI_REQUIRE
+    _sweep_blobs(sessions, settings, "startup")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -141,19 +143,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
-    app.state.sessions = db.session_factory(engine)
-    app.state.sessions.configure(info={"settings": settings})  # the report reads FE_CI_REQUIRE
-    github.StatusReporter(settings).install(app.state.sessions)
-    app.state.notifier = notifications.Notifier(settings, app.state.sessions)
+    app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
+    github.StatusReporter(settings).install(sessions)
+    app.state.notifier = notifications.Notifier(settings, sessions)
     app.state.notifier.install()
     app.state.bisect = bisection_runs.Driver(
-        settings, app.state.sessions, on_queued=lambda: notify.queue_changed(app)
+        settings, sessions, on_queued=lambda: notify.queue_changed(app)
     )
     app.state.bisect.install()
     install_error_handlers(app)
     app.include_router(validate.router)
     app.include_router(builds.router)
     app.include_router(runners.router)
+    app.include_router(jobs.router)
     app.include_router(webhooks.router)
     app.include_router(bisections.router)
     app.include_router(pins.router)

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from core import gate
+from core.verdict import OPEN_JOBS
 from core.wire import (
     BuildReport,
     BuildStatus,
@@ -55,7 +56,7 @@ def status_of(*, cancelled: bool, job_states: Iterable[str]) -> BuildStatus:
     if cancelled:
         return BuildStatus.cancelled
     states = set(job_states)
-    if states and states <= {JobState.finished, JobState.cancelled}:
+    if states and states.isdisjoint(OPEN_JOBS):
         return BuildStatus.finished
     if states & {JobState.leased, JobState.finished}:
         return BuildStatus.running

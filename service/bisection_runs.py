@@ -7,8 +7,8 @@ transaction that finished the build). The ``Driver`` does the rest off the reque
 the midpoint that runs only the deciding stages, judges it when it finishes, and narrows
 (``core.bisection``, the same search ``fe-ci bisect`` runs) until it names the first bad commit,
 or a range, or the cap is reached. Step builds carry ``bisection_id``: GitHub hears nothing of them
-(``service.github``) and no line compares against them (``service.lines``). A newer push does not
-cancel a bisection; ``cancel`` does.
+(``service.github``) and no line compares against them (``service.feature_regression``). A newer
+push does not cancel a bisection; ``cancel`` does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from core import commits as git
 from core.bisection import Answer, Mark, Search, Step
 from core.transitions import Question, detect, judge, observe
-from core.wire import BuildReport, Stage, Status
+from core.verdict import ENDED_WELL
+from core.wire import BuildReport, Stage
 from service import events, queue, stored_reports
 from service.config import Settings
 from service.models import Bisection, BisectionStep, Build, utcnow
@@ -98,7 +99,7 @@ def _skip_detail(question: Question, report: BuildReport) -> str:
     wanted = [Stage.build, *question.stages]
     for job in report.jobs:
         for stage in job.stages:
-            if stage.name in wanted and stage.status not in (Status.pass_, Status.not_applicable):
+            if stage.name in wanted and stage.status not in ENDED_WELL:
                 return f"{stage.name.value} {stage.status.value}: {stage.reason}"[:300]
     for job in report.jobs:
         if job.reason:

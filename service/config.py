@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core import gate
+from core import bisection, gate, history
 from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret", "admin_token")
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     sweep_interval_s: float = Field(default=5.0, gt=0)
     # determinism_cost_regressed: the deterministic/control ratio left the band learned from the
     # series and is more than this factor over the series' median (core.history.cost_band)
-    cost_factor: float = Field(default=1.25, gt=1.0)
+    cost_factor: float = Field(default=history.DEFAULT_COST_FACTOR, gt=1.0)
     # A push payload of one commit is about 8 KB (the repository object is most of it); 1 MiB
     # holds hundreds of commit entries. A larger push answers 413, shows as a failed delivery on
     # GitHub's webhook page, and can be redelivered after raising this.
@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.
     orphan_grace_s: float = Field(default=3600.0, ge=0)
-    bisect_max_builds: int = Field(default=8, ge=1, le=64)  # builds one bisection may queue
+    bisect_max_builds: int = Field(default=bisection.DEFAULT_MAX_BUILDS, ge=1, le=64)
     # The required checks that gate a build (core/gate.py says the vocabulary): the report's
     # ``gate`` and GitHub's ``fe-ci`` context follow them; the verdict stays what it is.
     require: Annotated[list[str], NoDecode] = [gate.ALL]

@@ -1,4 +1,5 @@
-"""Request dependencies: settings, the one session per request, and who is calling."""
+"""Request dependencies: settings, the one session per request, and who is calling; and
+``open_session``, the one way to a session outside a request's own."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
 
 from service.config import Settings
 from service.errors import Forbidden, Unauthorized
@@ -21,8 +23,21 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
+def session_maker(app: Starlette) -> sessionmaker[Session]:
+    """The app's session factory (set by ``create_app``), for work that opens its own sessions."""
+    sessions: sessionmaker[Session] = app.state.sessions
+    return sessions
+
+
+def open_session(app: Starlette) -> Session:
+    """A session of its own, ``with open_session(app) as session:``: for what a request does in a
+    worker thread (each try of a long poll, an upload's record once its body is in) and for the
+    app's loops. A route's one session is ``SessionDep``."""
+    return session_maker(app)()
+
+
 def get_db(request: Request) -> Iterator[Session]:
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         yield session
 
 

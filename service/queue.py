@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobState, Stage
 from service import events
 from service.config import Settings
@@ -276,7 +277,7 @@ def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> N
     now = utcnow()
     build.cancelled_at = build.cancelled_at or now
     for job in session.scalars(select(Job).where(Job.build_id == build.id)):
-        if job.state in (JobState.waiting, JobState.queued, JobState.leased):
+        if job.state in OPEN_JOBS:
             job.state = JobState.cancelled
             job.finished_at = now
             job.reason = reason

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from core.gate import ALL
 from core.text import shorten
-from core.verdict import judge_job
+from core.verdict import ERRORED, judge_job
 from core.wire import (
     BuildReport,
     Check,
@@ -59,7 +59,7 @@ GATE_STATES = {
     Conclusion.neutral: "error",
     Conclusion.pending: "pending",
 }
-_FAILURE = {Status.fail, Status.error, Status.timeout, Status.crashed}
+_FAILURE = ERRORED | {Status.fail}  # an annotation's level: failure; others warn
 
 
 @dataclass(frozen=True)

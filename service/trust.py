@@ -18,7 +18,7 @@ from service.models import Artifact, Build
 def trusted_source(session: Session, build: Build, repo_url: str) -> bool:
     if build.source != "commit" or build.repo != repo_url or not build.commit or not build.sha256:
         return False
-    # an Artifact is written only by a build job's upload (service/api/runners.py)
+    # an Artifact is written only by a build job's upload (service/api/jobs.py)
     built = session.scalar(
         select(Artifact.id)
         .where(Artifact.repo == repo_url, Artifact.commit == build.commit)

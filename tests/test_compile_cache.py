@@ -48,9 +48,9 @@ def site(tmp_path: Path) -> Path:
 
 
 def _key(site: Path, family: str = "sm_90") -> str:
-    found = compile_keys.compute_key([site], family=family, gpu="NVIDIA H200")
+    found = compile_keys.compute_keys([site], family=family, gpu="NVIDIA H200")
     assert found is not None
-    return found.digest()
+    return found[0].digest()
 
 
 def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: Path) -> None:
@@ -84,7 +84,7 @@ def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: 
 
 
 def test_no_candidate_no_key(tmp_path: Path) -> None:
-    assert compile_keys.compute_key([tmp_path], family="sm_90", gpu=None) is None
+    assert compile_keys.compute_keys([tmp_path], family="sm_90", gpu=None) is None
 
 
 def test_publish_adds_only_new_regular_files_read_only(tmp_path: Path) -> None:

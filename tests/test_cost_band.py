@@ -112,3 +112,16 @@ def test_the_finding_says_the_numbers() -> None:
     assert finding.kind == "determinism_cost_regressed" and finding.severity == "warning"
     for text in ("1.62x", "median 1.05x", "limit 1.31x", "1.25x the median", "build 12", "1.05x"):
         assert text in finding.message, finding.message
+
+
+def test_the_service_and_a_local_comparison_gate_at_one_default_factor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's ``FE_CI_COST_FACTOR`` and ``fe-ci validate --previous``'s default to the
+    factor ``core.history`` gates with: a build and its local repro flag the same slowdown."""
+    from runner.config import RunnerSettings
+    from service.config import Settings
+
+    monkeypatch.delenv("FE_CI_COST_FACTOR", raising=False)
+    factors = {Settings(data_dir=tmp_path).cost_factor, RunnerSettings().cost_factor}
+    assert factors == {history.DEFAULT_COST_FACTOR}

@@ -2,7 +2,7 @@
 test module or conftest (shared helpers are in tests/helpers.py and testkit/), the benchmarks and
 the tests never import each other (what both need is in testkit/), and the product never imports
 testkit. The runner's modules import no loop among themselves, and each imports alone, without the
-service.
+service. The service reaches its database sessions through ``service/deps.py`` alone.
 """
 
 from __future__ import annotations
@@ -230,3 +230,37 @@ def test_each_runner_module_imports_alone(module: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [], module
+
+
+# ------------------------------------------------------------------ the service's sessions
+
+
+def state_sessions_reads(path: Path) -> list[int]:
+    """The lines of ``path`` that read ``<something>.state.sessions`` (not those that set it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    stores = {
+        id(t) for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
+    }
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr == "sessions"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "state"
+        and id(node) not in stores
+    )
+
+
+def test_the_service_opens_sessions_through_deps_alone(tmp_path: Path) -> None:
+    """``SessionDep`` for a route, ``deps.open_session`` (or ``deps.session_maker``) for the rest:
+    a session built by hand from the app's state is one more place to keep right."""
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        if path != ROOT / "service" / "deps.py" and (lines := state_sessions_reads(path))
+    }
+    assert found == {}
+    seen = tmp_path / "m.py"
+    seen.write_text("app.state.sessions = s\nwith request.app.state.sessions() as s:\n    pass\n")
+    assert state_sessions_reads(seen) == [2]  # the check sees a read, and leaves the setting be

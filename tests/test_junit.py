@@ -4,7 +4,7 @@ characters, lone surrogates, huge names) in every field that reaches it, parsed 
 
 Was: a check name with a control character made ``junit.xml`` not well formed (the names and
 attributes were written as they came; only details and log tails were cleaned). The reports are
-built as the service reads stored rows (``service.report.stored``: not validated again), so the
+built as the service reads stored rows (``service.assemble.stored``: not validated again), so the
 text here is what an old row or a future bound could hold, not only what the door lets in today.
 """
 

@@ -7,9 +7,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from core.wire import Stage
-from runner import pipeline_options
+from runner import envs, jail, pipeline_options
 from runner.config import RunnerSettings
 from testkit.service import ROOT
 
@@ -78,11 +79,69 @@ def test_the_runner_builds_options_only_from_its_settings(tmp_path: Path) -> Non
 
 
 def test_a_commit_is_built_from_the_runners_settings_in_one_place(tmp_path: Path) -> None:
-    """A builder runner, ``fe-ci validate --commit`` and ``fe-ci bisect`` build a commit through
-    ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
+    """A builder runner's job, ``fe-ci validate --commit`` and ``fe-ci bisect`` build a commit
+    through ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
     assert _callers("run_build", ROOT / "runner" / "build.py") == {}
     users = set(_callers("build_commit", ROOT / "runner" / "build.py"))
-    assert users == {"runner/agent.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
+    assert users == {"runner/job_runner.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
     seen = tmp_path / "m.py"
     seen.write_text("def f(s):\n    return build.run_build('r', 'c', cache_dir=s)\n")
     assert _calls(seen, "run_build") == [2]
+
+
+def test_the_harness_defaults_are_core_harness_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's settings, a pipeline run's options, the walk's settings and a determinism
+    stage given no parameters start from ``core/harness.py``: a default restated in one of them
+    drifts from the others."""
+    from core import harness
+    from runner.inside import plan, walk
+
+    for key in ("REPEATS", "MAX_REPEATS", "LUCK_TARGET", "CONTROL_SHARE"):
+        monkeypatch.delenv(f"FE_CI_{key}", raising=False)
+    expected = (harness.REPEATS, harness.MAX_REPEATS, harness.LUCK_TARGET, harness.CONTROL_SHARE)
+    options = pipeline_options.Options(stages=[], work_dir=tmp_path)
+    for found in (RunnerSettings(), options, walk.Settings(), plan.settings({})):
+        assert (found.repeats, found.max_repeats, found.luck_target, found.control_share) == (
+            expected
+        ), type(found)
+
+
+def test_the_sandbox_and_the_installer_are_runner_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FE_CI_SANDBOX`` and ``FE_CI_INSTALLER`` are read as every other setting: in any case, and
+    a misspelt one is refused instead of quietly meaning the weakest sandbox or uv."""
+    monkeypatch.setenv("FE_CI_SANDBOX", " PGroup ")
+    monkeypatch.setenv("FE_CI_INSTALLER", "PIP")
+    jail.mechanism.cache_clear()
+    try:
+        assert (RunnerSettings().sandbox, jail.mechanism().name) == ("pgroup", "pgroup")
+        assert (RunnerSettings().installer, envs.choose_installer()) == ("pip", "pip")
+        monkeypatch.setenv("FE_CI_SANDBOX", "bwarp")
+        jail.mechanism.cache_clear()
+        with pytest.raises(ValidationError, match="sandbox"):
+            jail.mechanism()
+    finally:
+        monkeypatch.undo()
+        jail.mechanism.cache_clear()
+    monkeypatch.setenv("FE_CI_INSTALLER", "pipp")
+    with pytest.raises(ValidationError, match="installer"):
+        envs.choose_installer()
+
+
+def test_the_service_and_fe_ci_bisect_cap_a_bisection_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FE_CI_BISECT_MAX_BUILDS`` is one setting of both sides, defaulting to
+    ``core.bisection``'s cap, and refused alike outside 1..64."""
+    from core import bisection
+    from service.config import Settings
+
+    monkeypatch.delenv("FE_CI_BISECT_MAX_BUILDS", raising=False)
+    caps = {Settings(data_dir=tmp_path).bisect_max_builds, RunnerSettings().bisect_max_builds}
+    assert caps == {bisection.DEFAULT_MAX_BUILDS}
+    monkeypatch.setenv("FE_CI_BISECT_MAX_BUILDS", "3")
+    assert RunnerSettings().bisect_max_builds == Settings(data_dir=tmp_path).bisect_max_builds == 3
+    monkeypatch.setenv("FE_CI_BISECT_MAX_BUILDS", "0")
+    with pytest.raises(ValidationError):
+        RunnerSettings()

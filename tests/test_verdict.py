@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core import verdict
 from core.verdict import EXIT_CODES, judge, uncovered_subjects
 from core.wire import (
     BuildReport,
@@ -252,3 +253,16 @@ def test_exit_codes() -> None:
     assert EXIT_CODES[Verdict.pass_] == 0
     assert EXIT_CODES[Verdict.fail] == EXIT_CODES[Verdict.error] == 1
     assert EXIT_CODES[Verdict.inconclusive] == EXIT_CODES[Verdict.incomplete] == 2
+
+
+def test_the_status_sets_partition_every_status_and_the_order_ranks_each_once() -> None:
+    """A status added to the wire must find its place in each set the grid, the JUnit XML, the
+    gate and the statuses read (core/verdict.py), or this fails."""
+    every = set(Status)
+    assert every == verdict.RAN | verdict.NOT_RUN and not verdict.RAN & verdict.NOT_RUN
+    assert verdict.ANSWERED | verdict.ERRORED == verdict.RAN
+    assert not verdict.ANSWERED & verdict.ERRORED
+    assert verdict.NOT_PASSED | {Status.pass_} == verdict.RAN
+    assert every - verdict.NOT_PASSED - verdict.NO_ANSWER == verdict.ENDED_WELL
+    assert sorted(verdict.WORST_FIRST) == sorted(every)
+    assert verdict.OPEN_JOBS | {JobState.finished, JobState.cancelled} == set(JobState)

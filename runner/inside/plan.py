@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from core import harness
 from core.comparable import pick_start_configs
 from core.subjects import SUBJECTS
 from runner.inside.measure import Settings
@@ -23,10 +24,10 @@ from runner.inside.subjects.base import knob_present
 def settings(params: Mapping[str, Any]) -> Settings:
     """The measuring settings from the stage's parameters, with their defaults."""
     return Settings(
-        repeats=max(int(params.get("repeats") or 8), 2),
-        max_repeats=int(params.get("max_repeats") or 64),
-        luck_target=float(params.get("luck_target") or 1e-3),
-        control_share=float(params.get("control_share") or 0.5),
+        repeats=max(int(params.get("repeats") or harness.REPEATS), 2),
+        max_repeats=int(params.get("max_repeats") or harness.MAX_REPEATS),
+        luck_target=float(params.get("luck_target") or harness.LUCK_TARGET),
+        control_share=float(params.get("control_share") or harness.CONTROL_SHARE),
         negative_control=bool(params.get("negative_control")),
     )
 

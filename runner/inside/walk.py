@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from core import harness
 from runner.inside import stats
 from runner.inside.arms import Arm, run_control
 from runner.inside.subjects.base import Config, Subject, Workload, synchronize
@@ -23,10 +24,10 @@ from runner.inside.subjects.base import Config, Subject, Workload, synchronize
 
 @dataclass
 class Settings:
-    repeats: int = 8
-    max_repeats: int = 64
-    luck_target: float = 1e-3
-    control_share: float = 0.5
+    repeats: int = harness.REPEATS
+    max_repeats: int = harness.MAX_REPEATS
+    luck_target: float = harness.LUCK_TARGET
+    control_share: float = harness.CONTROL_SHARE
     negative_control: bool = False
 
 

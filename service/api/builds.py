@@ -9,13 +9,21 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import selectinload
 
 from core.wire import BuildAccepted, BuildReport, BuildsPage, Stage
 from service import logs, notify, queue, reruns, stored_reports, uploads
 from service.assemble import build_report, summary
 from service.build_list import filtered_builds
-from service.deps import MAX_ID, CursorQuery, IdPath, SessionDep, SettingsDep, SubmitterDep
+from service.deps import (
+    MAX_ID,
+    CursorQuery,
+    IdPath,
+    SessionDep,
+    SettingsDep,
+    SubmitterDep,
+    open_session,
+)
 from service.errors import Conflict, NotFound
 from service.models import Build, Job
 from service.openapi import errors
@@ -63,8 +71,7 @@ def get_build(session: SessionDep, build_id: int) -> Build:
 
 
 def _rendered(request: Request, build_id: int) -> stored_reports.Rendered:
-    session: Session
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         found = stored_reports.stored(session, build_id)
         if found is not None:
             return found

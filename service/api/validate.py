@@ -9,12 +9,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session
 
 from core.wire import BuildAccepted
 from service import limits, notify, queue, uploads
 from service.config import Settings
-from service.deps import SettingsDep, SubmitterDep
+from service.deps import SettingsDep, SubmitterDep, open_session
 from service.errors import BadRequest, UploadTooLarge
 from service.models import Build
 from service.openapi import errors
@@ -48,8 +47,7 @@ _BODY_DOC: dict[str, Any] = {
 
 
 def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted:
-    session: Session
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         session.add(build)
         queue.create_jobs(session, build, settings)
         queue.announce(session, build)

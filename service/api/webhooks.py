@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from service import limits, notify, queue
 from service.config import Settings
-from service.deps import SettingsDep
+from service.deps import SettingsDep, open_session
 from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
 from service.models import Build, WebhookDelivery
 from service.openapi import errors
@@ -155,8 +155,7 @@ def _existing_build(session: Session, settings: Settings, branch: str, commit: s
 def _record(
     request: Request, settings: Settings, delivery: str, event: str, push: PushEvent | None
 ) -> dict[str, Any]:
-    session: Session
-    with request.app.state.sessions() as session:
+    with open_session(request.app) as session:
         seen = session.scalars(
             select(WebhookDelivery).where(WebhookDelivery.delivery == delivery)
         ).first()

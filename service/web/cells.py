@@ -15,27 +15,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
-from core.verdict import RAN, finding_stage, no_runner
+from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner
 from core.wire import JobKind, JobState, Stage, Status, Verdict
 from service.capable import waiting_reason
 
-# Worst first: the state a cell shows when several jobs or checks disagree.
+# Worst first: the state a cell shows when several jobs or checks disagree. The statuses keep
+# core.verdict's order; work underway ranks just above skipped, cancelled just below it.
+_SKIPPED_AT = WORST_FIRST.index(Status.skipped)
 _SEVERITY = (
-    "fail",
-    "crashed",
-    "timeout",
-    "error",
-    "inconclusive",
+    *WORST_FIRST[:_SKIPPED_AT],
     "running",
     "waiting",
     "pending",
-    "skipped",
+    Status.skipped,
     "cancelled",
-    "pass",
-    "not_applicable",
+    *WORST_FIRST[_SKIPPED_AT + 1 :],
 )
-_RANK = {s: i for i, s in enumerate(_SEVERITY)}
-ACTIVE_JOB_STATES = (JobState.waiting, JobState.queued, JobState.leased)
+_RANK: dict[str, int] = {s: i for i, s in enumerate(_SEVERITY)}
 
 
 @dataclass(frozen=True)
@@ -213,9 +209,7 @@ def subject_cell(
         why = cap.error if not cap.importable else f"this build has no '{cap.knob}'"
         return Cell.of("not_applicable", why or "not in this build")
     active = [
-        j
-        for j in jobs
-        if j.kind == JobKind.gpu and j.family in families and j.state in ACTIVE_JOB_STATES
+        j for j in jobs if j.kind == JobKind.gpu and j.family in families and j.state in OPEN_JOBS
     ]
     if any(j.state == JobState.leased for j in active):
         runner = next(j.runner for j in active if j.state == JobState.leased)
@@ -232,7 +226,7 @@ def subject_cell(
     if checks:
         return Cell.of("not_applicable", checks[0].detail)
     if cap is None:
-        if any(j.state in ACTIVE_JOB_STATES for j in jobs):
+        if any(j.state in OPEN_JOBS for j in jobs):
             return Cell.of("pending", "not probed yet")
         return Cell.of("skipped", "not run: no probe result")
     return Cell.of("skipped", no_runner(families))

@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
+from core.verdict import ERRORED, NOT_RUN
 from core.wire import BuildReport, Check, JobReport, JobState, Severity, StageResult, Status
 
-_ERRORS = {Status.error, Status.timeout, Status.crashed, Status.inconclusive}
-_SKIPS = {Status.skipped, Status.not_applicable}
+_ERRORS = ERRORED | {Status.inconclusive}  # commit statuses call inconclusive an error too
 # Characters XML 1.0 cannot carry (ANSI escapes in a log tail, for one; a lone surrogate).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 NAME_CHARS = 1024  # an attribute: a check's name, a classname, a message
@@ -62,7 +62,7 @@ def _case(
         ET.SubElement(case, "failure", message=message, type="fail").text = detail
     elif status in _ERRORS:
         ET.SubElement(case, "error", message=message, type=status.value).text = detail
-    elif status in _SKIPS:
+    elif status in NOT_RUN:
         said = detail.startswith(f"{status.value}:")
         # an empty reason is the status alone (a reason of its own may end in ": ")
         shown = detail if said else f"{status.value}: {detail}" if detail else status.value
@@ -113,7 +113,7 @@ def _count(suite: ET.Element, outcomes: list[str]) -> None:
     suite.set("tests", str(len(outcomes)))
     suite.set("failures", str(sum(o == Status.fail for o in outcomes)))
     suite.set("errors", str(sum(o in _ERRORS for o in outcomes)))
-    suite.set("skipped", str(sum(o in _SKIPS for o in outcomes)))
+    suite.set("skipped", str(sum(o in NOT_RUN for o in outcomes)))
 
 
 _UNDERWAY = {

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.assemble import status_of
 from service.config import Settings
-from service.deps import IdPath, SessionDep, SettingsDep
+from service.deps import IdPath, SessionDep, SettingsDep, open_session
 from service.errors import NotFound
 from service.models import Build, utcnow
 from service.web.cells import job_stage_cell, verdict_cell
@@ -83,7 +83,7 @@ def snapshot(session: Session, settings: Settings, build_id: int, now: datetime)
 
 
 def _snapshot_now(app: FastAPI, build_id: int) -> dict[str, Any]:
-    with app.state.sessions() as session:
+    with open_session(app) as session:
         return snapshot(session, app.state.settings, build_id, utcnow())
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.subjects import SUBJECTS
+from core.verdict import NOT_PASSED
 from core.wire import STAGE_ORDER, Stage
 from service import capable
 from service.assemble import replaces, status_of
@@ -121,15 +122,12 @@ def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]
     return out
 
 
-_NOT_PASSED = ("fail", "error", "timeout", "crashed", "inconclusive")
-
-
 def _worst_checks(session: Session, jobs: dict[int, JobView]) -> None:
     """Each stage row's worst check that did not pass (one SELECT for every job)."""
     stmt = (
         select(StageRow.job_id, StageRow.name, CheckRow.status, CheckRow.name, CheckRow.detail)
         .join(StageRow, StageRow.id == CheckRow.stage_id)
-        .where(StageRow.job_id.in_(list(jobs)), CheckRow.status.in_(_NOT_PASSED))
+        .where(StageRow.job_id.in_(list(jobs)), CheckRow.status.in_(sorted(NOT_PASSED)))
     )
     for job_id, stage, status, name, detail in session.execute(stmt):
         row = jobs[job_id].rows.get(stage)

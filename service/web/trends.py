@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.subjects import FAMILIES, SUBJECTS
+from core.verdict import NOT_RUN
 from core.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
 from service.models import (
@@ -171,7 +172,7 @@ def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Ch
         .join(Job, Job.id == StageRow.job_id)
         .where(Job.build_id.in_(builds), StageRow.name == Stage.determinism)
         .where(CheckRow.name == f"{subject}.deterministic")
-        .where(CheckRow.status.not_in(["skipped", "not_applicable"]))
+        .where(CheckRow.status.not_in(sorted(NOT_RUN)))
     )
     found = list(session.execute(stmt))
     families = sorted({f for _, f, _, _ in found}, key=str)
