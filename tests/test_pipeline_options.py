@@ -48,6 +48,25 @@ def test_every_harness_setting_from_the_environment_reaches_the_options(
     assert (opts.stages, opts.work_dir, opts.family) == ([Stage.probe], tmp_path / "work", "sm_90")
 
 
+def test_layers_dir_puts_the_layers_outside_the_cache_and_hides_them_from_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runners of one host with cache dirs of their own share their dependency layers through
+    ``FE_CI_LAYERS_DIR``; a candidate still sees only the layer its own job was given."""
+    monkeypatch.setenv("FE_CI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FE_CI_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FE_CI_LAYERS_DIR", str(tmp_path / "shared-layers"))
+    settings = RunnerSettings()
+    opts = pipeline_options.Options.from_settings(
+        settings, stages=[Stage.probe], work_dir=tmp_path / "work"
+    )
+    assert opts.layers_dir == tmp_path / "shared-layers"
+    assert opts.private == (tmp_path / "data", tmp_path / "cache", tmp_path / "shared-layers")
+    # a layers dir inside the cache is hidden with it, and named once
+    monkeypatch.setenv("FE_CI_LAYERS_DIR", str(tmp_path / "cache" / "mine"))
+    assert RunnerSettings().private_dirs() == (tmp_path / "data", tmp_path / "cache")
+
+
 def _calls(path: Path, callee: str) -> list[int]:
     """The lines of ``path`` that call ``callee(...)`` directly (``Options(...)``, not
     ``Options.from_settings``)."""
