@@ -29,8 +29,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The dependency layers (runner/layers.py) that every runner of one test session shares: the
+# session sets it (tests/conftest.py) for all its workers, so a layer is built once per session
+# instead of once per runner cache. Unset (the benchmarks), each runner builds its own.
+SESSION_LAYERS = "FE_CI_TEST_LAYERS_DIR"
+
+
+def session_layers() -> dict[str, str]:
+    """``{"FE_CI_LAYERS_DIR": ...}`` for a runner's environment within a test session, else {}."""
+    where = os.environ.get(SESSION_LAYERS)
+    return {"FE_CI_LAYERS_DIR": where} if where else {}
+
+
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """This process's environment without any ``FE_CI_`` setting, plus a service's own."""
+    """This process's environment without any ``FE_CI_`` setting, plus a service's own (and the
+    session's shared layers, which the runners started with ``Service.runner_env`` inherit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
     env.update(
         {
@@ -43,6 +56,7 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
             "FE_CI_CACHE_DIR": str(data_dir.parent / "runner-cache"),
             "FE_CI_RUNNER_LABELS": "",
             "PYTHONPATH": str(ROOT),
+            **session_layers(),
         }
     )
     env.update(extra)

@@ -23,7 +23,7 @@ from core.wire import (
     Verdict,
 )
 from testkit.registry import candidate_env, registry_wheel
-from testkit.service import ROOT
+from testkit.service import ROOT, session_layers
 from testkit.wheels import BROKEN, NO_LIBCUDNN, make_wheel
 
 
@@ -32,7 +32,12 @@ def fe_ci(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
     env.update(
-        {"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": "", "FE_CI_CACHE_DIR": str(cwd / "cache")}
+        {
+            "PYTHONPATH": str(ROOT),
+            "FE_CI_RUNNER_LABELS": "",
+            "FE_CI_CACHE_DIR": str(cwd / "cache"),
+            **session_layers(),
+        }
     )
     env.update(extra_env)
     return subprocess.run(
