@@ -9,11 +9,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "submit-token-for-tests"
@@ -63,6 +64,10 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+class _Exited(Exception):
+    """The service process ended before it answered."""
+
+
 @dataclass
 class Service:
     """``Service(data_dir, env).start()``; ``command`` replaces ``fe-ci serve`` (``{port}`` in it
@@ -100,21 +105,25 @@ class Service:
             self.proc = subprocess.Popen(
                 self._argv(), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text()[-3000:]
-                if os.strerror(errno.EADDRINUSE).lower() in tail.lower():
-                    return False
-                raise RuntimeError(f"service exited: {tail}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop(signal.SIGKILL)
-        raise RuntimeError(f"service did not start: {self.log_path.read_text()[-3000:]}")
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise _Exited
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+        try:
+            eventually(healthy, timeout=timeout_s, ignoring=(httpx.TransportError,),
+                       message=f"the service's /healthz on port {self.port}")  # fmt: skip
+        except _Exited:
+            tail = self.log_path.read_text()[-3000:]
+            if os.strerror(errno.EADDRINUSE).lower() in tail.lower():
+                return False
+            raise RuntimeError(f"service exited: {tail}") from None
+        except AssertionError as exc:
+            self.stop(signal.SIGKILL)
+            raise RuntimeError(f"{exc}: {self.log_path.read_text()[-3000:]}") from None
+        return True
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -13,7 +13,6 @@ import hmac
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -31,6 +30,7 @@ from service.errors import ApiError
 from testkit import wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service
+from testkit.waiting import eventually
 
 Report = dict[str, Any]
 
@@ -72,14 +72,23 @@ def wait_for(
     svc: Service, build_id: int, pred: Callable[[Report], bool], timeout: float = 240
 ) -> Report:
     """The build's report once ``pred`` holds for it (polled), else an AssertionError."""
-    deadline = time.monotonic() + timeout
-    r: Report = {}
-    while time.monotonic() < deadline:
-        r = report(svc, build_id)
-        if pred(r):
-            return r
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting on build {build_id}: {r}")
+    return eventually(
+        lambda: report(svc, build_id),
+        until=pred,
+        timeout=timeout,
+        interval=0.3,
+        message=f"build {build_id} ({getattr(pred, '__name__', 'a condition')})",
+    )
+
+
+def logged(path: Path, text: str) -> Callable[[], bool]:
+    """A predicate for ``eventually``: ``text`` is in the log at ``path``."""
+
+    def _logged() -> bool:
+        return path.exists() and text in path.read_text()
+
+    _logged.__name__ = f"{text!r} in {path.name}"
+    return _logged
 
 
 def processes_in(path: Path) -> list[int]:
@@ -113,6 +122,12 @@ def processes_with(token: str) -> list[int]:
         if token in cmdline and state != "Z":
             found.append(int(proc.name))
     return found
+
+
+def wait_gone(pids: Callable[[], list[int]], what: str, timeout: float = 5) -> None:
+    """Until ``pids()`` finds none (``processes_with``, ``processes_in``): ``what`` has ended."""
+    eventually(pids, until=lambda found: not found, timeout=timeout, interval=0.05,
+               message=f"{what} to end")  # fmt: skip
 
 
 def alive(pid: int) -> bool:
@@ -234,10 +249,7 @@ class UploadServer:
 
     def __enter__(self) -> UploadServer:
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
+        eventually(lambda: self.server.started, timeout=10, interval=0.02, message="uvicorn")
         sock = self.server.servers[0].sockets[0]
         self.port = int(sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}/upload"

@@ -15,6 +15,7 @@ import pytest
 
 from service import body_limits, wheelcheck
 from testkit.service import REGISTER, SUBMIT, Service
+from testkit.waiting import eventually
 from testkit.wheels import make_directory_bomb
 from tests.helpers import CHROMIUM, chromium
 
@@ -194,14 +195,13 @@ def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_
     svc: Service = make_service(FE_CI_MAX_UPLOADS="2", FE_CI_BODY_TIMEOUT_S="60")
     wheel = make_directory_bomb(tmp_path, members=10, declared=13, record=True)
     held = [raw(svc, upload_head(10_000_000), UPLOAD_START) for _ in range(2)]
-    refused = None
-    for _ in range(50):  # until both held uploads have taken their slots
-        resp = post_wheel(svc, wheel)
-        if resp.status_code == 503:
-            refused = resp
-            break
-        time.sleep(0.2)
-    assert refused is not None, "a third upload at once was never refused"
+    refused = eventually(  # once both held uploads have taken their slots
+        lambda: post_wheel(svc, wheel),
+        until=lambda resp: resp.status_code == 503,
+        timeout=10,
+        interval=0.2,
+        message="a third upload at once to be refused",
+    )
     error = refused.json()["error"]
     assert error["code"] == "too_many_uploads" and error["detail"] == {"max_uploads": 2}
     assert refused.headers["retry-after"] == "5"
@@ -210,12 +210,13 @@ def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_
     assert httpx.get(f"{svc.url}/").status_code == 200
     for sock in held:
         sock.close()
-    for _ in range(50):  # the slots come back when the held uploads end
-        if post_wheel(svc, wheel).status_code == 202:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("the upload slots were not given back")
+    eventually(  # the slots come back when the held uploads end
+        lambda: post_wheel(svc, wheel),
+        until=lambda resp: resp.status_code == 202,
+        timeout=10,
+        interval=0.2,
+        message="the upload slots to be given back",
+    )
 
 
 def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Service) -> None:
@@ -229,12 +230,12 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
     ]
     for head in heads:
         raw(service, head).close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        log = service.log_path.read_text()
-        if log.count("event=client_gone") >= 2 and "code=incomplete_upload" in log:
-            break
-        time.sleep(0.1)
+    log = eventually(
+        service.log_path.read_text,
+        until=lambda log: log.count("event=client_gone") >= 2 and "code=incomplete_upload" in log,
+        timeout=30,
+        message="the three clients' departures in the log",
+    )
     assert log.count("event=client_gone") >= 2, log[-3000:]
     assert "Traceback" not in log and "unhandled_error" not in log, log[-3000:]
     assert service.count("builds") == 0

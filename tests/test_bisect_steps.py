@@ -14,6 +14,7 @@ import pytest
 
 from testkit import frontend_repo as fr
 from testkit.service import SUBMIT, Service
+from testkit.waiting import eventually
 from tests.bisecting import bisection_of, red_after_green, repo_dir, run_once, wait_bisection
 
 pytestmark = pytest.mark.slow
@@ -44,9 +45,13 @@ def test_cancel_ends_the_bisection_and_its_step_build(
     shas = fr.history(repo)
     svc: Service = make_service(FE_CI_REPO_URL=str(repo), FE_CI_CACHE_DIR=cache_dir)
     _, bad = red_after_green(svc, shas, serve=False)
-    deadline = time.monotonic() + 60
-    while not (b := bisection_of(svc, bad))["steps"] and time.monotonic() < deadline:
-        time.sleep(0.5)
+    b = eventually(
+        lambda: bisection_of(svc, bad),
+        until=lambda b: b["steps"],
+        timeout=60,
+        interval=0.5,
+        message=f"the first step of the bisection of build {bad}",
+    )
     assert b["state"] == "running" and len(b["steps"]) == 1
     url = f"{svc.url}/api/bisections/{b['id']}/cancel"
     refused = httpx.post(url)

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from runner import jail
 from testkit.registry import registry_wheel
 from testkit.service import ROOT, Service
+from testkit.waiting import eventually
 from tests.helpers import push, send
 
 pytestmark = pytest.mark.slow
@@ -79,16 +79,6 @@ def commit_frontend(repo: Path, code_from: str, claims: str, message: str) -> st
     return git(repo, "rev-parse", "HEAD")
 
 
-def wait_finished(svc: Service, build_ids: list[int], timeout: float) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reports = [httpx.get(f"{svc.url}/api/builds/{b}").json() for b in build_ids]
-        if all(r["status"] == "finished" for r in reports):
-            return reports
-        time.sleep(1)
-    raise AssertionError(f"not finished: {[(r['id'], r['status'], r['jobs']) for r in reports]}")
-
-
 def kinds(report: dict) -> set[str]:
     return {f["kind"] for f in report["findings"]}
 
@@ -117,7 +107,13 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
         stderr=open(tmp_path / "runner.log", "wb"),  # noqa: SIM115
     )
     try:
-        reports = wait_finished(svc, ids, timeout=900)
+        reports = eventually(
+            lambda: [httpx.get(f"{svc.url}/api/builds/{b}").json() for b in ids],
+            until=lambda reports: all(r["status"] == "finished" for r in reports),
+            timeout=900,
+            interval=0.5,
+            message=f"builds {ids} to finish",
+        )
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=120)

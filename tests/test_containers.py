@@ -16,7 +16,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from testkit.service import ROOT, WEBHOOK, Service, free_port
+from testkit.waiting import eventually
 from tests.helpers import push
 
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))  # the fe-ci images
@@ -304,15 +304,12 @@ def test_the_proxy_serves_the_service_over_tls(service: Service, proxy_dir: Path
     tls = ssl.create_default_context(cafile=str(cert))
     base = f"https://127.0.0.1:{https}"
     try:
-        for _ in range(100):
-            try:
-                health = httpx.get(f"{base}/healthz", verify=tls, timeout=5)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.1)
-        else:
-            raise AssertionError("nginx never answered")
+
+        def healthz() -> httpx.Response:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            return httpx.get(f"{base}/healthz", verify=tls, timeout=5)
+
+        health = eventually(healthz, timeout=10, ignoring=(httpx.TransportError,), message="nginx")
         assert health.status_code == 200 and health.json()["status"] == "ok"
         plain = httpx.get(f"http://127.0.0.1:{http}/builds/1", timeout=5)
         assert plain.status_code == 301

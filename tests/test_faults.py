@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from testkit.service import Service
+from testkit.waiting import eventually
 from testkit.wheels import BROKEN, HANG, SEGFAULT, make_wheel
 from tests.helpers import processes_in, submit_wheel, wait_for
 
@@ -81,18 +81,20 @@ def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  
             build_id,
             lambda r: any(s["name"] == "install" for j in r["jobs"] for s in j["stages"]),
         )
-        time.sleep(1.0)  # the probe is now hanging in the candidate's import
+        # the install stage is reported: what runs in the job's directory now is the probe,
+        # hanging in the candidate's import
+        eventually(lambda: processes_in(jobs_dir(svc)), message="the probe's process")
         resp = svc.http().post(f"/api/builds/{build_id}/cancel")
         assert resp.status_code == 200
         r = wait_for(svc, build_id, lambda r: r["status"] == "cancelled")
         assert r["verdict"] == "cancelled"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if not processes_in(jobs_dir(svc)):
-                break
-            time.sleep(0.3)
-        else:
-            raise AssertionError("the cancelled stage is still running")
+        eventually(
+            lambda: processes_in(jobs_dir(svc)),
+            until=lambda pids: not pids,
+            timeout=30,
+            interval=0.3,
+            message="the cancelled stage's processes to end",
+        )
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)
@@ -110,10 +112,13 @@ def test_an_idle_runner_claims_again_as_soon_as_a_long_poll_ends_empty(
     try:
         # three held polls, back to back: seconds apart, where pausing between them would take
         # two poll intervals (120 s); the bound leaves room for a slow start on a loaded machine
-        deadline = time.monotonic() + 60
-        while (log := (tmp_path / "runner.log").read_text()).count("/api/jobs/claim") < 3:
-            assert time.monotonic() < deadline, log
-            time.sleep(0.2)
+        eventually(
+            (tmp_path / "runner.log").read_text,
+            until=lambda log: log.count("/api/jobs/claim") >= 3,
+            timeout=60,
+            interval=0.2,
+            message="three claims in the runner's log",
+        )
         build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", "VALUE = 1\n"))
         r = wait_for(svc, build, lambda r: r["jobs"][0]["status"] != "queued", timeout=30)
     finally:

@@ -15,7 +15,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from core.wire import Stage, Status
 from runner import jail, pipeline, pipeline_options
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service
+from testkit.waiting import eventually
 from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
 from tests.helpers import processes_with, report, submit_wheel
 
@@ -135,10 +135,12 @@ def test_a_setsid_daemon_dies_with_its_stage_and_a_later_build_is_untouched(
     done = run_once(svc, "daemon-1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert any("left a daemon behind" in e for e in errors(report(svc, first)))
-    deadline = time.monotonic() + 10
-    while processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert processes_with(token) == [], "the candidate's daemon outlived its stage"
+    eventually(
+        lambda: processes_with(token),
+        until=lambda pids: not pids,
+        timeout=10,
+        message="the candidate's daemon to die with its stage",
+    )
     # a later, genuine build: its job directory is written by its own stages alone
     later = submit_wheel(svc, make_wheel(tmp_path / "later", "1.32.1", LOOK_FOR_PLANTED))
     done = run_once(svc, "daemon-1")

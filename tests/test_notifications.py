@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from testkit.service import Service, free_port, service_env
+from testkit.waiting import eventually
 from testkit.wheels import make_wheel
 from tests.helpers import push, register, send
 
@@ -73,10 +74,13 @@ class Receiver:
         self.server.server_close()
 
     def wait(self, count: int, timeout: float = 30) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(self.got) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.got) >= count, self.got
+        eventually(
+            lambda: list(self.got),
+            until=lambda got: len(got) >= count,
+            timeout=timeout,
+            interval=0.05,
+            message=f"{count} notifications",
+        )
         return self.got
 
 
@@ -175,11 +179,16 @@ def test_a_receiver_that_fails_twice_gets_it_on_the_third_attempt(tmp_path: Path
             commit_build(svc, runner, "1" * 40, tmp_path, red=False)
             commit_build(svc, runner, "2" * 40, tmp_path, red=True)
             got = receiver.wait(3)
-            time.sleep(1.0)
-            with svc.db() as conn:
-                row = conn.execute(
-                    "SELECT state, attempts, last_error FROM notifications"
-                ).fetchall()
+
+            def rows() -> list[tuple[str, int, str]]:
+                with svc.db() as conn:
+                    return conn.execute(
+                        "SELECT state, attempts, last_error FROM notifications"
+                    ).fetchall()
+
+            row = eventually(
+                rows, until=lambda r: r and r[0][0] != "pending", message="the delivery's record"
+            )
         finally:
             svc.stop()
     assert len(got) == 3 and all(g["signed"] for g in got), got
@@ -198,13 +207,14 @@ def test_a_notification_survives_a_restart_while_the_receiver_is_down(tmp_path: 
         runner = register(svc, "builder-1", builder="true")
         commit_build(svc, runner, "1" * 40, tmp_path, red=False)
         commit_build(svc, runner, "2" * 40, tmp_path, red=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # refused by the closed port, kept for later
+
+        def row_now() -> tuple[str, int] | None:
             with svc.db() as conn:
-                row = conn.execute("SELECT state, attempts FROM notifications").fetchone()
-            if row and row[1] >= 2:
-                break
-            time.sleep(0.1)
+                return conn.execute("SELECT state, attempts FROM notifications").fetchone()
+
+        row = eventually(  # refused by the closed port, kept for later
+            row_now, until=lambda r: r and r[1] >= 2, message="two refused attempts"
+        )
         assert row is not None and row[0] == "pending" and row[1] >= 2, row
     finally:
         svc.stop()

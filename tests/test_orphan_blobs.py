@@ -21,6 +21,7 @@ import httpx
 
 from service.uploads import blob_path
 from testkit.service import Service, service_env
+from testkit.waiting import eventually
 from testkit.wheels import make_wheel
 
 
@@ -57,19 +58,12 @@ def upload_in_thread(svc: Service, wheel: Path) -> tuple[threading.Thread, list[
     return thread, outcome
 
 
-def wait_until(pred, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def orphan_by_kill(svc: Service, wheel: Path) -> Path:
     """Upload ``wheel`` to ``svc`` and SIGKILL it after the blob is stored, before the commit."""
     blob = blob_path(svc.data_dir, sha256(wheel))
     with write_lock(svc):
         thread, outcome = upload_in_thread(svc, wheel)
-        wait_until(blob.is_file, "the upload's blob")
+        eventually(blob.is_file, timeout=60, interval=0.05, message="the upload's blob")
         svc.stop(signal.SIGKILL)
     thread.join(30)
     assert outcome and not isinstance(outcome[0], int), outcome  # it never got an answer
@@ -106,13 +100,18 @@ def test_the_periodic_sweep_removes_an_orphan_and_never_an_upload_in_flight(
         blob = blob_path(live.data_dir, sha256(wheel))
         with write_lock(live):
             thread, outcome = upload_in_thread(live, wheel)
-            wait_until(blob.is_file, "the upload's blob")
+            eventually(blob.is_file, timeout=60, interval=0.05, message="the upload's blob")
             time.sleep(1.5)  # some seven sweeps see an unreferenced blob within its grace
             assert blob.is_file()
         thread.join(60)
         assert outcome == [202] and blob.is_file()
         orphan = orphan_by_kill(doomed, make_wheel(tmp_path / "orphan", "9.4.0", ""))
-        wait_until(lambda: not orphan.exists(), "the periodic sweep to remove the orphan")
+        eventually(
+            lambda: not orphan.exists(),
+            timeout=60,
+            interval=0.05,
+            message="the periodic sweep to remove the orphan",
+        )
         assert blob.is_file()
         assert "at=periodic" in live.log_path.read_text()
     finally:

@@ -12,8 +12,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,8 +21,9 @@ from core.wire import Environment, JobKind, JobLease, Stage
 from runner.state import Identity, KeptResult, State
 from testkit.proxy import Proxy
 from testkit.service import Service
+from testkit.waiting import eventually
 from testkit.wheels import make_wheel, sleepy
-from tests.helpers import register, report, submit_wheel, wait_for
+from tests.helpers import logged, register, report, submit_wheel, wait_for
 
 CPU_STAGES = ["install", "probe", "refusal"]
 
@@ -58,17 +57,6 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-def until(pred: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.1)
-
-
-def logged(path: Path, text: str) -> Callable[[], bool]:
-    return lambda: path.exists() and text in path.read_text()
-
-
 def results_dir(svc: Service) -> Path:
     return Path(svc.runner_env()["FE_CI_CACHE_DIR"]) / "state" / "runner-r1" / "results"
 
@@ -82,9 +70,17 @@ def last_seen(svc: Service, name: str) -> str:
 def wait_claim_waiting(svc: Service, log: Path, name: str = "r1") -> None:
     """Until the runner registered (or resumed) and the service is holding its claim: the
     service marks the runner seen at each turn of the claim's wait."""
-    until(lambda: "event=registered" in log.read_text() or "event=resumed" in log.read_text(), "up")
+    eventually(
+        lambda: "event=registered" in log.read_text() or "event=resumed" in log.read_text(),
+        timeout=120,
+        message="up",
+    )
     seen = last_seen(svc, name)
-    until(lambda: last_seen(svc, name) != seen, "the service holds a claim of the runner")
+    eventually(
+        lambda: last_seen(svc, name) != seen,
+        timeout=120,
+        message="the service holds a claim of the runner",
+    )
 
 
 def finished(r: dict) -> bool:
@@ -107,20 +103,38 @@ def test_the_runner_rides_out_503s_and_dropped_connections(make_service, tmp_pat
         proxy.fail("unavailable", retry_after=2)
         runner = start_runner(svc, tmp_path, url=proxy.url)
         try:
-            until(lambda: proxy.counts["unavailable"] >= 2, "registration was answered 503 twice")
+            eventually(
+                lambda: proxy.counts["unavailable"] >= 2,
+                timeout=120,
+                message="registration was answered 503 twice",
+            )
             proxy.fail("drop")
-            until(lambda: proxy.counts["dropped"] >= 2, "two requests were dropped")
+            eventually(
+                lambda: proxy.counts["dropped"] >= 2,
+                timeout=120,
+                message="two requests were dropped",
+            )
             proxy.heal()
-            until(logged(log, "event=registered"), "the runner registered")
+            eventually(
+                logged(log, "event=registered"), timeout=120, message="the runner registered"
+            )
             build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.3.0", sleepy(2)))
             wait_for(
                 svc, build, lambda r: any(s["name"] == "install" for s in r["jobs"][0]["stages"])
             )
             refused, dropped = proxy.counts["unavailable"], proxy.counts["dropped"]
             proxy.fail("unavailable", retry_after=1)
-            until(lambda: proxy.counts["unavailable"] > refused, "a request mid-job got a 503")
+            eventually(
+                lambda: proxy.counts["unavailable"] > refused,
+                timeout=120,
+                message="a request mid-job got a 503",
+            )
             proxy.fail("drop")
-            until(lambda: proxy.counts["dropped"] > dropped, "a request mid-job was dropped")
+            eventually(
+                lambda: proxy.counts["dropped"] > dropped,
+                timeout=120,
+                message="a request mid-job was dropped",
+            )
             proxy.heal()
             r = wait_for(svc, build, finished)
             assert runner.poll() is None  # still serving
@@ -145,7 +159,11 @@ def test_a_result_kept_through_an_outage_is_sent_by_the_restarted_runner(
         proxy.fail("unavailable", path=r"/finish$", retry_after=None)
         first = start_runner(svc, tmp_path, url=proxy.url)
         try:
-            until(logged(tmp_path / "r1.log", "call=finish"), "the job's end was refused")
+            eventually(
+                logged(tmp_path / "r1.log", "call=finish"),
+                timeout=120,
+                message="the job's end was refused",
+            )
         finally:
             assert stop(first) == 0
         (kept,) = results_dir(svc).glob("job-*.json")
@@ -175,7 +193,11 @@ def test_a_kept_result_whose_lease_is_gone_is_dropped_and_the_job_runs_again(
         proxy.fail("unavailable", path=r"/finish$", retry_after=None)
         first = start_runner(svc, tmp_path, url=proxy.url)
         try:
-            until(logged(tmp_path / "r1.log", "call=finish"), "the job's end was refused")
+            eventually(
+                logged(tmp_path / "r1.log", "call=finish"),
+                timeout=120,
+                message="the job's end was refused",
+            )
         finally:
             assert stop(first) == 0
         (kept,) = results_dir(svc).glob("job-*.json")
@@ -229,7 +251,9 @@ def test_a_runner_killed_and_restarted_resumes_and_takes_the_next_build(
     second = start_runner(svc, tmp_path, "r1-again", FE_CI_CLAIM_WAIT_S="30")
     log = tmp_path / "r1-again.log"
     try:
-        until(logged(log, "event=resumed runner=r1"), "the runner resumed")
+        eventually(
+            logged(log, "event=resumed runner=r1"), timeout=120, message="the runner resumed"
+        )
         build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.3.3", "VALUE = 1\n"))
         r = wait_for(svc, build, finished)
     finally:
@@ -255,7 +279,11 @@ def test_a_claim_whose_client_went_away_takes_no_job(service: Service, tmp_path:
         + body
     )
     seen = last_seen(service, "gone-1")
-    until(lambda: last_seen(service, "gone-1") != seen, "the service holds the claim")
+    eventually(
+        lambda: last_seen(service, "gone-1") != seen,
+        timeout=120,
+        message="the service holds the claim",
+    )
     raw.close()
     build = submit_wheel(service, make_wheel(tmp_path / "w", "9.3.4", "VALUE = 1\n"))
     live = register(service, "live-1")

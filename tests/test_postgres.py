@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from service.db import alembic_config
 from testkit.service import REGISTER, Service
+from testkit.waiting import eventually
 from tests.helpers import register, report, stage_body, submit_wheel
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 - fixtures
 
@@ -69,14 +69,6 @@ def submit_commits(svc: Service, n: int) -> list[int]:
             http.post("/validate", json={"commit": f"{i + 1:040x}"}).json()["build_id"]
             for i in range(n)
         ]
-
-
-def wait_for(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_the_service_migrates_and_stores_in_the_configured_database(
@@ -137,7 +129,11 @@ def test_an_expired_lease_requeues_and_the_stale_token_gets_409(
     posted = a.post(f"/api/jobs/{first['job_id']}/stages", json=stage_body(old, "build"))
     assert posted.status_code == 201
     # no heartbeats: the sweeper puts the job back in the queue and drops the attempt's results
-    wait_for(lambda: report(svc, build_id)["jobs"][0]["status"] == "queued", "the requeue")
+    eventually(
+        lambda: report(svc, build_id)["jobs"][0]["status"],
+        until=lambda status: status == "queued",
+        message="the requeue",
+    )
     assert count(engine, "stages") == 0
     stale = a.post(f"/api/jobs/{first['job_id']}/stages", json=stage_body(old, "build"))
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_lease"

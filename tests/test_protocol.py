@@ -10,7 +10,8 @@ import pytest
 
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, SUBMIT, Service
-from tests.helpers import register, report, stage_body, submit_wheel
+from testkit.waiting import eventually
+from tests.helpers import register, report, stage_body, submit_wheel, wait_for
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -79,8 +80,8 @@ def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service) -> 
         == 201
     )
     assert b.post("/api/jobs/claim", json={}).status_code == 204  # still leased to a
-    time.sleep(3.0)  # a stops heartbeating; its lease runs out
-    second = b.post("/api/jobs/claim", json={"wait_s": 2}).json()
+    # a stops heartbeating: b's claim, held by the service, takes the job once a's lease ran out
+    second = b.post("/api/jobs/claim", json={"wait_s": 15}).json()
     assert second["job_id"] == first["job_id"] and second["attempt"] == 2
     # the abandoned attempt's results are gone: the build will end with one set
     assert report(svc, build_id)["jobs"][0]["stages"] == []
@@ -139,14 +140,16 @@ def test_third_expiry_ends_the_job_in_error(make_service) -> None:  # type: igno
     svc = make_service(FE_CI_LEASE_SECONDS="1", FE_CI_SWEEP_INTERVAL_S="0.2")
     build_id = submit_wheel(svc)
     a = register(svc, "a")
-    for attempt in (1, 2, 3):
-        lease = a.post("/api/jobs/claim", json={"wait_s": 3}).json()
+    for attempt in (1, 2, 3):  # each once the last lease ran out and the sweeper requeued it
+        lease = eventually(
+            lambda: a.post("/api/jobs/claim", json={}),
+            until=lambda resp: resp.status_code == 200,
+            timeout=30,
+            interval=0.2,
+            message=f"attempt {attempt} to be queued",
+        ).json()
         assert lease["attempt"] == attempt
-        time.sleep(1.6)
-    deadline = time.monotonic() + 5
-    while report(svc, build_id)["status"] != "finished" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    r = report(svc, build_id)
+    r = wait_for(svc, build_id, lambda r: r["status"] == "finished", timeout=30)
     assert r["jobs"][0]["reason"].startswith("error: the lease expired 3 times")
     assert r["verdict"] == "error"
 
@@ -167,8 +170,9 @@ def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -
     assert lease["kind"] == "cpu"
     assert cpu.post("/api/jobs/claim", json={}).status_code == 204
     cpu.post(f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": lease["lease_token"]})
-    time.sleep(2.5)  # past FE_CI_GPU_WAIT_HOURS
-    r = report(svc, build_id)
+    r = wait_for(  # past FE_CI_GPU_WAIT_HOURS, the sweeper ends it
+        svc, build_id, lambda r: r["status"] == "finished", timeout=30
+    )
     gpu = next(j for j in r["jobs"] if j["kind"] == "gpu")
     assert gpu["status"] == "finished" and gpu["reason"] == "skipped: no sm_90 runner"
     assert r["verdict"] == "incomplete"

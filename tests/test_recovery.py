@@ -19,8 +19,9 @@ from pathlib import Path
 import httpx
 
 from testkit.service import SUBMIT, Service
+from testkit.waiting import eventually
 from testkit.wheels import make_big_wheel, make_wheel, sleepy
-from tests.helpers import stage_body, submit_wheel, wait_for
+from tests.helpers import logged, stage_body, submit_wheel, wait_for
 from tests.tap import read_tap
 
 CPU_STAGES = ["install", "probe", "refusal"]
@@ -164,14 +165,13 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
     client.start()
     tmp = svc.data_dir / "tmp"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            parts = list(tmp.glob("live-*/upload-*.part"))
-            if parts and parts[0].stat().st_size >= 8 << 20:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the upload never reached the service's temp dir")
+        parts = eventually(
+            lambda: list(tmp.glob("live-*/upload-*.part")),
+            until=lambda parts: parts and parts[0].stat().st_size >= 8 << 20,
+            timeout=60,
+            interval=0.05,
+            message="8 MiB of the upload in the service's temp dir",
+        )
         svc.stop(signal.SIGKILL)
     finally:
         stop_body.set()
@@ -234,10 +234,12 @@ def test_a_starting_replica_leaves_another_ones_upload_in_flight_alone(
     second = Service(data_dir=first.data_dir, env=first.env)
     try:
         assert half.wait(60)
-        deadline = time.monotonic() + 30
-        while not any(p.stat().st_size for p in (first.data_dir / "tmp").rglob("*.part")):
-            assert time.monotonic() < deadline, "the first service never wrote the upload"
-            time.sleep(0.05)
+        eventually(
+            lambda: any(p.stat().st_size for p in (first.data_dir / "tmp").rglob("*.part")),
+            timeout=30,
+            interval=0.05,
+            message="the first service to write the upload",
+        )
         second.start()  # its start sweeps the temp dir
     finally:
         go_on.set()
@@ -260,7 +262,8 @@ def test_runner_keeps_its_job_through_a_short_service_outage(make_service, tmp_p
     try:
         wait_for(svc, build_id, has_stage("install"))
         svc.stop(signal.SIGKILL)
-        time.sleep(5.0)  # the outage: the probe ends meanwhile, its post must wait
+        # the outage lasts until the probe has ended and its post failed: the result must wait
+        eventually(logged(tmp_path / "r1.log", "event=post_failed"), timeout=60)
         svc.start()
         r = wait_for(svc, build_id, lambda r: r["status"] == "finished")
         assert runner.poll() is None  # still serving
@@ -290,10 +293,7 @@ def test_runner_abandons_a_job_cleanly_past_the_lease_and_goes_on(
         work = tmp_path / "runner-cache" / "jobs" / f"job-{job_id}-1"
         assert work.is_dir()
         svc.stop(signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while "event=job_abandoned" not in log_path.read_text():
-            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.2)
+        eventually(logged(log_path, "event=job_abandoned"), timeout=60, interval=0.2)
         assert not work.exists()
         assert runner.poll() is None  # it goes on, waiting for the service
         svc.start()
@@ -326,10 +326,7 @@ def test_a_frozen_runner_thawed_after_its_lease_is_refused_and_goes_on(
         r2 = start_runner(svc, tmp_path, "r2")
         wait_for(svc, build_id, lambda r: r["jobs"][0]["runner"] == "r2")  # attempt 2 is r2's
         r1.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + 60
-        while "event=job_abandoned" not in log_path.read_text():
-            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.2)
+        eventually(logged(log_path, "event=job_abandoned"), timeout=60, interval=0.2)
         r = wait_for(svc, build_id, lambda r: r["status"] == "finished")
         assert r1.poll() is None  # still serving
     finally:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from testkit.service import ADMIN, REGISTER, ROOT, Service, service_env
+from testkit.waiting import eventually
 
 AUTH = {"Authorization": f"Bearer {REGISTER}"}
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -88,9 +88,13 @@ def test_a_name_gone_offline_registers_again(make_service) -> None:  # type: ign
     """A runner restarted after its name went offline (two lease periods unseen) may register."""
     svc: Service = make_service(FE_CI_LEASE_SECONDS="1")
     old = register(svc, "r2").json()
-    time.sleep(2.5)  # past two 1 s lease periods without a call: offline
-    again = register(svc, "r2")
-    assert again.status_code == 200, again.text
+    eventually(  # once two 1 s lease periods passed without a call: offline
+        lambda: register(svc, "r2"),
+        until=lambda resp: resp.status_code == 200,
+        timeout=30,
+        interval=0.25,
+        message="the offline name to register again",
+    )
     assert claim(svc, old["token"]) == 401
 
 
@@ -100,11 +104,12 @@ def test_the_runner_cli_waits_for_a_live_name_and_replace_takes_it(
     real = register(service, "host-a").json()
     waiting = runner_cli(service, tmp_path, "host-a")
     log = tmp_path / "host-a.log"
-    deadline = time.monotonic() + 60
-    while "event=name_in_use" not in log.read_text() and time.monotonic() < deadline:
+
+    def told() -> bool:
         assert waiting.poll() is None, log.read_text()
-        time.sleep(0.1)
-    assert "event=name_in_use" in log.read_text()
+        return "event=name_in_use" in log.read_text()
+
+    eventually(told, timeout=60, message="the runner to be told its name is in use")
     waiting.send_signal(signal.SIGTERM)
     assert waiting.wait(30) == 0
     assert claim(service, real["token"]) == 204  # never taken over

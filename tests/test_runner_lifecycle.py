@@ -7,12 +7,12 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import httpx
 
 from testkit.service import ROOT, Service
+from testkit.waiting import eventually
 
 
 def runner_state(svc: Service, name: str) -> str:
@@ -72,9 +72,7 @@ def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_s
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while svc.count("runners") == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: svc.count("runners"), timeout=60, message="the runner registered")
         assert runner_state(svc, "term-1") == "alive"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from runner import jail, sandbox, uids
-from tests.helpers import alive, processes_with
+from testkit.waiting import eventually
+from tests.helpers import alive, processes_with, wait_gone
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
@@ -45,10 +46,8 @@ def test_a_hang_is_killed_with_its_whole_group(tmp_path: Path) -> None:
     assert out.status == "timeout"
     assert "hanging" in out.log_tail
     grandchild = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(grandchild), "the stage's child outlived the timeout"
+    eventually(lambda: not alive(grandchild), timeout=5, interval=0.05,
+               message="the stage's child to die with its timeout")  # fmt: skip
 
 
 def test_death_by_signal_is_crashed_with_the_log_tail(tmp_path: Path) -> None:
@@ -132,13 +131,6 @@ def _run(own: Path, uid: int | None, code: str, **kw: object) -> sandbox.Outcome
     )
 
 
-def _gone(token: str, within_s: float = 5) -> bool:
-    deadline = time.monotonic() + within_s
-    while processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return processes_with(token) == []
-
-
 def test_a_setsid_child_dies_with_the_stage(
     mechanism: str, job: tuple[Path, int | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,12 +139,12 @@ def test_a_setsid_child_dies_with_the_stage(
     code = f"import subprocess; subprocess.Popen(['setsid', 'sleep', '{token}']); print('left')"
     out = _run(own, uid, code)
     assert out.ok and "left" in out.log_tail, out
-    assert _gone(token), f"a setsid child outlived its {mechanism} sandbox"
+    wait_gone(lambda: processes_with(token), f"a setsid child of the {mechanism} sandbox")
     # the control: with its process group alone, the same child survives the stage
     monkeypatch.setenv("FE_CI_SANDBOX", "none")
     jail.mechanism.cache_clear()
     out = _run(own, None, code)
-    assert out.ok and not _gone(token, within_s=0.5)
+    assert out.ok and processes_with(token)
     for pid in processes_with(token):
         os.kill(pid, signal.SIGKILL)
 
@@ -168,7 +160,7 @@ def test_a_timeout_takes_the_whole_sandbox(mechanism: str, job: tuple[Path, int 
     """
     out = _run(own, uid, code, timeout_s=2)
     assert out.status == "timeout" and "hanging" in out.log_tail, out
-    assert _gone(token), "the sandbox outlived its timeout"
+    wait_gone(lambda: processes_with(token), "the sandbox past its timeout")
 
 
 def test_death_by_a_signal_in_the_sandbox_is_crashed(
@@ -264,7 +256,7 @@ def test_a_uid_given_back_takes_its_processes_with_it(tmp_path: Path) -> None:
         sleeper = subprocess.Popen([*cmd, "sleep", token])
         sleeper.wait()  # setsid forks: the sleep is an orphan now
         assert processes_with(token)
-    assert _gone(token)
+    wait_gone(lambda: processes_with(token), "the processes of the uid given back")
 
 
 def test_taking_back_makes_the_tree_the_runners_without_set_id_bits(tmp_path: Path) -> None:

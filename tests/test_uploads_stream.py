@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from service import uploads
+from testkit.waiting import eventually
 from tests.helpers import (
     WHEEL_NAME,
     MiB,
@@ -162,16 +162,24 @@ def test_client_disconnect_mid_stream_leaves_nothing(
     tmp = uploads.tmp_dir(upload_server.data_dir)
     with socket.create_connection(("127.0.0.1", upload_server.port)) as sock:
         sock.sendall(request + head + bytes(4 * MiB))
-        deadline = time.monotonic() + 10
-        while not (tmp.is_dir() and any(p.stat().st_size for p in tmp.rglob("*.part"))):
-            assert time.monotonic() < deadline, "the server never started writing the upload"
-            time.sleep(0.02)
-    deadline = time.monotonic() + 10
-    while files_left(upload_server.data_dir):
-        assert time.monotonic() < deadline, files_left(upload_server.data_dir)
-        time.sleep(0.02)
-    deadline = time.monotonic() + 10
-    while "code=incomplete_upload" not in caplog.text:  # a refusal, not an unhandled crash
-        assert time.monotonic() < deadline, caplog.text
-        time.sleep(0.02)
+        eventually(
+            lambda: tmp.is_dir() and any(p.stat().st_size for p in tmp.rglob("*.part")),
+            timeout=10,
+            interval=0.02,
+            message="the server to start writing the upload",
+        )
+    eventually(
+        lambda: files_left(upload_server.data_dir),
+        until=lambda left: not left,
+        timeout=10,
+        interval=0.02,
+        message="the cut upload's files to be removed",
+    )
+    eventually(  # a refusal, not an unhandled crash
+        lambda: caplog.text,
+        until=lambda text: "code=incomplete_upload" in text,
+        timeout=10,
+        interval=0.02,
+        message="the refusal in the log",
+    )
     assert "the client disconnected after" in caplog.text

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from testkit.service import SUBMIT, WEBHOOK, Service
+from testkit.waiting import eventually
 from tests.github_recorder import Call, GitHubRecorder
 from tests.helpers import AFTER, push, register, send
 
@@ -281,14 +282,13 @@ def test_webhook_bodies_past_the_cap_get_503_and_pages_and_signed_pushes_go_on(
         sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
         sock.sendall(webhook_head(well_formed, 500_000) + b'{"ref": "')
         held.append(sock)
-    refused = None
-    for _ in range(50):  # until both stalled deliveries hold their slots
-        resp = send(svc, push(), delivery="third")
-        if resp.status_code == 503:
-            refused = resp
-            break
-        time.sleep(0.2)
-    assert refused is not None, "a third webhook body at once was never refused"
+    refused = eventually(  # once both stalled deliveries hold their slots
+        lambda: send(svc, push(), delivery="third"),
+        until=lambda resp: resp.status_code == 503,
+        timeout=10,
+        interval=0.2,
+        message="a third webhook body at once to be refused",
+    )
     error = refused.json()["error"]
     assert error["code"] == "too_many_webhooks" and error["detail"] == {"max_webhooks": 2}
     assert refused.headers["retry-after"] == "5"
@@ -297,10 +297,12 @@ def test_webhook_bodies_past_the_cap_get_503_and_pages_and_signed_pushes_go_on(
     assert builds(svc) == []
     for sock in held:
         sock.close()
-    for _ in range(50):  # the slots come back when the stalled deliveries end
-        resp = send(svc, push(), delivery="after")
-        if resp.status_code != 503:
-            break
-        time.sleep(0.2)
+    resp = eventually(  # the slots come back when the stalled deliveries end
+        lambda: send(svc, push(), delivery="after"),
+        until=lambda resp: resp.status_code != 503,
+        timeout=10,
+        interval=0.2,
+        message="the webhook slots to be given back",
+    )
     assert resp.status_code == 200 and resp.json()["outcome"].startswith("queued"), resp.text
     assert len(builds(svc)) == 1

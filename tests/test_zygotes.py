@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from core.wire import Stage, Status
 from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
 from testkit.registry import registry_wheel
 from testkit.service import session_layers
-from tests.helpers import alive, processes_with
+from tests.helpers import alive, processes_with, wait_gone
 
 pytestmark = pytest.mark.slow  # builds a real dependency layer
 
@@ -126,10 +125,7 @@ def test_a_setsid_daemon_of_a_stage_dies_with_the_stage(
     code = f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '{token}'])\nprint('forked')\n"
     out = _run(z, tmp_path, "daemon", code)
     assert out is not None and out.ok and "forked" in out.log_tail, out
-    deadline = time.monotonic() + 5
-    while processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(token) == [], "the stage's setsid child outlived it"
+    wait_gone(lambda: processes_with(token), "the stage's setsid child")
     assert z.alive()
 
 
@@ -150,10 +146,7 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     )
     assert hang is not None and hang.status == "timeout", hang
     assert "grandchild" in hang.log_tail
-    deadline = time.monotonic() + 5
-    while processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(token) == [], "the stage's child outlived the timeout"
+    wait_gone(lambda: processes_with(token), "the timed-out stage's child")
     crash = _run(
         z,
         tmp_path,
@@ -229,10 +222,5 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
     assert alive(zygote_pid)
     runner.kill()
     runner.wait()
-    deadline = time.monotonic() + 10
-    while alive(zygote_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(zygote_pid), "the zygote outlived its runner"
-    while processes_with(str(tmp_path / "zygotes")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(str(tmp_path / "zygotes")) == [], "the zygote outlived its sandbox"
+    wait_gone(lambda: [zygote_pid] if alive(zygote_pid) else [], "the zygote", timeout=10)
+    wait_gone(lambda: processes_with(str(tmp_path / "zygotes")), "the zygote's sandbox")
