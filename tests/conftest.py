@@ -77,6 +77,18 @@ def service(make_service: StartService) -> Service:
     return make_service()
 
 
+@pytest.fixture(scope="module")
+def module_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One service for those tests of a module that depend on nothing the others did in it
+    (refusals, error shapes, reads): a start costs about 1.5 s of CPU. What a test adds stays for
+    the next, so such a test counts what it added (``Service.count`` before and after) rather than
+    expecting an empty store."""
+    data = tmp_path_factory.mktemp("module-service") / "data"
+    svc = Service(data_dir=data, env=service_env(data)).start()
+    yield svc
+    svc.stop()
+
+
 @pytest.fixture
 def cache_dir() -> Iterator[str]:
     """The runners' cache (job work dirs, environments) outside ``/tmp/pytest-of-<user>``: every

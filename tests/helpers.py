@@ -13,6 +13,7 @@ import hmac
 import json
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -162,11 +163,13 @@ def send(
     payload: object,
     *,
     event: str = "push",
-    delivery: str = "d-1",
+    delivery: str | None = None,
     form: bool = False,
     secret: str | None = WEBHOOK,
 ) -> httpx.Response:
-    """Deliver ``payload`` signed with ``secret``, in either of GitHub's content types."""
+    """Deliver ``payload`` signed with ``secret``, in either of GitHub's content types, as a new
+    delivery (a GUID, as GitHub's are) unless ``delivery`` names one."""
+    delivery = delivery or str(uuid.uuid4())
     if form:
         body = urlencode({"payload": json.dumps(payload)}).encode()
         ctype = "application/x-www-form-urlencoded"

@@ -29,6 +29,11 @@ def blobs(svc: Service) -> list[Path]:
     return sorted((svc.data_dir / "blobs").rglob("*.whl"))
 
 
+def stored(svc: Service) -> tuple[int, int]:
+    """The builds and the stored wheels: a refused upload adds to neither."""
+    return svc.count("builds"), len(blobs(svc))
+
+
 def assert_refused(resp: httpx.Response, status: int, code: str, check: str) -> str:
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
@@ -41,32 +46,37 @@ def assert_refused(resp: httpx.Response, status: int, code: str, check: str) -> 
 
 
 def test_a_directory_with_more_entries_than_its_end_record_says_is_refused(
-    service: Service, tmp_path: Path
+    module_service: Service, tmp_path: Path
 ) -> None:
     """Was accepted (202): the cap read the end record's count, ``zipfile`` then walked all."""
+    svc, before = module_service, stored(module_service)
     wheel = make_directory_bomb(tmp_path, members=1_000, declared=100)
-    message = assert_refused(post_wheel(service, wheel), 422, "unsafe_wheel", "member_count")
+    message = assert_refused(post_wheel(svc, wheel), 422, "unsafe_wheel", "member_count")
     assert "the end record says 100" in message
-    assert service.count("builds") == 0 and blobs(service) == []
+    assert stored(svc) == before
 
 
 def test_a_directory_past_its_byte_bound_is_refused_before_it_is_walked(
-    service: Service, tmp_path: Path
+    module_service: Service, tmp_path: Path
 ) -> None:
     """The 2,000,000-member attack in small: the directory's size alone refuses it."""
+    svc, before = module_service, stored(module_service)
     members = wheelcheck.MAX_DIRECTORY_BYTES // (46 + 13) + 1_000
     wheel = make_directory_bomb(tmp_path, members=members, declared=100)
-    message = assert_refused(post_wheel(service, wheel), 422, "unsafe_wheel", "directory_size")
+    message = assert_refused(post_wheel(svc, wheel), 422, "unsafe_wheel", "directory_size")
     assert f"at most {wheelcheck.MAX_DIRECTORY_BYTES}" in message
-    assert service.count("builds") == 0 and blobs(service) == []
+    assert stored(svc) == before
 
 
-def test_an_honest_hand_written_directory_is_accepted(service: Service, tmp_path: Path) -> None:
+def test_an_honest_hand_written_directory_is_accepted(
+    module_service: Service, tmp_path: Path
+) -> None:
     """The builder above makes valid wheels when it does not lie: the refusals are the lie's."""
+    builds, wheels = stored(module_service)
     wheel = make_directory_bomb(tmp_path, members=1_000, declared=1_003, record=True)
-    resp = post_wheel(service, wheel)
+    resp = post_wheel(module_service, wheel)
     assert resp.status_code == 202, resp.text
-    assert len(blobs(service)) == 1
+    assert stored(module_service) == (builds + 1, wheels + 1)
 
 
 # ---------------------------------------------------------------- slow and vanishing clients
