@@ -23,6 +23,7 @@ from service.uploads import blob_path
 from testkit.service import Service, service_env
 from testkit.waiting import eventually
 from testkit.wheels import make_wheel
+from tests.helpers import logged
 
 
 def sha256(path: Path) -> str:
@@ -113,6 +114,8 @@ def test_the_periodic_sweep_removes_an_orphan_and_never_an_upload_in_flight(
             message="the periodic sweep to remove the orphan",
         )
         assert blob.is_file()
+        # the sweep logs the removal just after the unlink
+        eventually(logged(live.log_path, "event=orphan_blob_removed"), timeout=10, interval=0.05)
         assert "at=periodic" in live.log_path.read_text()
     finally:
         doomed.stop(signal.SIGKILL)
