@@ -112,7 +112,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     """A fresh page of the module's browser (1500x900, 15 s to find anything). The pages'
     Content-Security-Policy (no 'unsafe-eval') would forbid ``wait_for_function``'s string, so it
-    is bypassed here; tests/test_attacks.py runs the dashboard under the policy."""
+    is bypassed here; tests/functional/test_attacks.py runs the dashboard under the policy."""
     context = browser.new_context(viewport={"width": 1500, "height": 900}, bypass_csp=True)
     pg = context.new_page()
     pg.set_default_timeout(15_000)

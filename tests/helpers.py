@@ -1,6 +1,6 @@
 """What several test modules do against a running service: register a runner, submit a wheel,
 read a report, post a stage, deliver a signed GitHub push, wait for a build, open a browser; and
-the upload app the tests/test_uploads_*.py modules post wheels to.
+the upload app the tests/functional/test_uploads_*.py modules post wheels to.
 
 Test modules import these from here, never from one another. The service, the wheels and the
 free port they use are ``testkit``'s (shared with the benchmarks); the fixtures are in conftest.
@@ -207,7 +207,7 @@ def chromium() -> Iterator[Any]:
 # ---------------------------------------------------------------- wheel uploads
 # An app that calls ``uploads.receive_wheel`` and answers the one JSON error shape, served by a
 # real uvicorn on 127.0.0.1 (the fixture ``upload_server`` is in conftest), and what the
-# tests/test_uploads_*.py modules post to it and assert about its answers.
+# tests/functional/test_uploads_*.py modules post to it and assert about its answers.
 
 WHEEL_NAME = wheels.wheel_name("1.32.0")
 DIST_INFO = wheels.dist_info("1.32.0")

@@ -4,8 +4,8 @@ in the one error shape, and nothing of it is stored (no row; the job still lease
 Regressions of an attack on the runner protocol: a NaN ``duration_s`` was a 500; NaN, inf, 1e308,
 negative run counts and 1 MB strings were stored; any config name was remembered and sent in the
 next lease (a 300-character one made ``finish`` a 500 with the job left leased). The models'
-bounds themselves are ``tests/test_wire_bounds.py``; bodies past the size limit are
-``tests/test_attacks.py``.
+bounds themselves are ``tests/unit/test_wire_bounds.py``; bodies past the size limit are
+``tests/functional/test_attacks.py``.
 """
 
 from __future__ import annotations

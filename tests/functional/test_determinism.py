@@ -27,7 +27,7 @@ from tests.fakesubjects import floats as _floats
 from tests.fakesubjects import integers as _integers
 
 CPU = torch.device("cpu")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _measure(

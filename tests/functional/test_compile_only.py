@@ -23,7 +23,7 @@ from runner.inside.arms import Arm
 from testkit.service import Service
 from tests.helpers import register, report, stage_body, submit_wheel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GROUPED = list(compileonly.COMPILE_ONLY)
 CAPS = {n: {"importable": True, "present": True} for n in GROUPED}
 

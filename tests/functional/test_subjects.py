@@ -24,7 +24,7 @@ from runner.inside.subjects import flex_attention_bwd, grouped_gemm_dglu, groupe
 from runner.inside.subjects.sdpa_bwd import attention_reference
 
 CPU = torch.device("cpu")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 dsrelu = grouped_gemm_dsrelu
 
 

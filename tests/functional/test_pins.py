@@ -25,7 +25,7 @@ from tests.helpers import register, submit_wheel
 
 ADMIN = "admin-token-for-tests"
 S2048, S4096, B8 = SDPA_CONFIGS[1:]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Stream:

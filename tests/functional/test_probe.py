@@ -26,7 +26,7 @@ from runner import ledger
 from runner.inside import documents, introspect
 from testkit.registry import candidate_env, registry_wheel, relabel_wheel, relabelled_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 slow = pytest.mark.slow  # installs and probes real registry releases
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from testkit.service import ROOT, service_env
 
-TOY = Path(__file__).with_name("toy_subject")
+TOY = Path(__file__).resolve().parents[1] / "toy_subject"
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """What GitHub is told, as pure functions over build reports: the gate's ``fe-ci`` context, an
 ``incomplete`` that is never a success, and descriptions cut on a word boundary.
 
-GitHub itself cannot be reached here; ``tests/test_github_checks.py`` sends these through a
-recorder of its API. Here: the words and states alone.
+GitHub itself cannot be reached here; ``tests/functional/test_github_checks.py`` sends these
+through a recorder of its API. Here: the words and states alone.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from core.wire import BuildReport
 from core.wire.__main__ import schema_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STREAMS = sorted((ROOT / "docs" / "measurements").glob("h200-stream-*.json"))
 
 

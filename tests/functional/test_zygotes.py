@@ -215,7 +215,7 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
         "print(z.proc.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
     assert runner.stdout is not None
     zygote_pid = int(runner.stdout.readline())

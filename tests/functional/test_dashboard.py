@@ -2,8 +2,8 @@
 
 The seeded database holds builds in every state (testkit/dashboard_data/scenarios.py; the GPU
 results there, an sm_100 job among them, stand in for runners this machine cannot have); a running
-build followed live is tests/test_live_status.py. With ``FE_CI_SCREENSHOTS=1`` the tests also
-retake the four screenshots in docs/screenshots/; otherwise they write nothing into the tree.
+build followed live is tests/functional/test_live_status.py. With ``FE_CI_SCREENSHOTS=1`` the tests
+also retake the four screenshots in docs/screenshots/; otherwise they write nothing into the tree.
 """
 
 from __future__ import annotations

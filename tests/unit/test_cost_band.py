@@ -17,7 +17,7 @@ import pytest
 
 from core import history
 
-MEASUREMENTS = Path(__file__).resolve().parents[1] / "docs" / "measurements"
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "docs" / "measurements"
 SLOWER = 1.5
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from testkit.streams import analyse, host_sample, summary_text
 
-RECORDED = Path(__file__).resolve().parent.parent / "docs/measurements/h200-stream-2026-12-04.json"
+RECORDED = Path(__file__).resolve().parents[2] / "docs/measurements/h200-stream-2026-12-04.json"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The runner protocol's models refuse what no honest runner sends (``core/bounds.py``), and the
 runner keeps a candidate's document within them (``bounds.fit``). Pure: the HTTP side of the same
-door is ``tests/test_runner_door.py``."""
+door is ``tests/functional/test_runner_door.py``."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_texts_lists_and_documents_are_bounded(body: dict[str, Any], where: str)
 
 def test_a_config_must_be_one_its_subject_declares() -> None:
     """The rule the service applies to a stage post (``422 unknown_config``, before anything is
-    stored: ``tests/test_runner_door.py``) and the runner to a stage's document."""
+    stored: ``tests/functional/test_runner_door.py``) and the runner to a stage's document."""
     cases = {
         "x" * 300: post(checks=[check(config={"name": "x" * 300})]),
         "b99_nothing": post(checks=[check(config_name="b99_nothing")]),

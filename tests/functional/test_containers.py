@@ -3,7 +3,7 @@ without the Postgres and proxy profiles, with the CPU runner's file), the Docker
 hadolint, every fe-ci image installs with the same script as a checkout, the images' health check
 answers, and the proxy's nginx configuration serves a real service over TLS (Debian's nginx, where
 installed). scripts/container-smoke builds and runs them (CI's last step;
-tests/test_container_smoke.py)."""
+tests/functional/test_container_smoke.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from core.wire import RefusalRow, Stage, StageResult, Status
 from runner.inside import documents, refusal_rows, te_gate
 from testkit.registry import candidate_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = ("1.27.0", "1.28.0", "1.32.0")
 KNOB = "deterministic"
 

@@ -1,6 +1,7 @@
 """Stage logs: read by the runner from its work dir (bounded), posted with the stage, kept with the
 service's secrets redacted, served as text and shown on the build page; against a real service
-(uvicorn on 127.0.0.1) through the runner protocol. tests/test_e2e.py sees a real runner's."""
+(uvicorn on 127.0.0.1) through the runner protocol. tests/functional/test_e2e.py sees a real
+runner's."""
 
 from __future__ import annotations
 
