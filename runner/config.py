@@ -43,6 +43,9 @@ class RunnerSettings(BaseSettings):
     wheelhouse: Path | None = None
     index_url: str | None = None
     cache_dir: Path = Path.home() / ".cache" / "fe-ci"
+    # the dependency layers (runner/layers.py); default ``cache_dir/layers``. Runners of one host
+    # with cache dirs of their own may point here at one place and build each layer once.
+    layers_dir: Path | None = None
     data_dir: Path = Path("./data")
     stage_timeout_s: float = Field(default=1800.0, gt=0)
     # how candidate code is isolated (``runner/jail.py``): ``auto`` takes the first this host
@@ -77,11 +80,16 @@ class RunnerSettings(BaseSettings):
     def uid_range(self) -> uids.UidRange:
         return uids.UidRange.default(self.sandbox_uid_base, self.sandbox_uid_span)
 
+    def layers_path(self) -> Path:
+        return Path(self.layers_dir or Path(self.cache_dir) / "layers")
+
     def private_dirs(self) -> tuple[Path, ...]:
         """What no candidate sees: the local service's data directory (its database, its tokens
-        file) and the runner's cache (each job, warm parent and compile-cache stage is shown
-        its own part again)."""
-        return (Path(self.data_dir).resolve(), Path(self.cache_dir).resolve())
+        file), the runner's cache and its layers (each job, warm parent and compile-cache stage
+        is shown its own part again: its job directory, its one layer)."""
+        dirs = (Path(self.data_dir).resolve(), Path(self.cache_dir).resolve())
+        layers = self.layers_path().resolve()
+        return dirs if layers.is_relative_to(dirs[1]) else (*dirs, layers)
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value this runner holds (``runner/redact.py``)."""

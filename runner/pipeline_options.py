@@ -65,7 +65,8 @@ class Options:
     ) -> Options:
         """What the runner's settings decide, for the agent, ``fe-ci validate`` and ``fe-ci bisect``
         alike; ``run`` holds what this one run decides (its family, GPU, previous report, ...).
-        Everything of the runner's cache dir (``FE_CI_CACHE_DIR``) lives under it."""
+        Everything of the runner's cache dir (``FE_CI_CACHE_DIR``) lives under it, the dependency
+        layers too unless ``FE_CI_LAYERS_DIR`` puts them elsewhere."""
         return cls(
             stages=stages,
             work_dir=work_dir,
@@ -78,7 +79,7 @@ class Options:
             luck_target=s.luck_target,
             control_share=s.control_share,
             compile_cache_dir=Path(s.cache_dir) / "compile-cache",
-            layers_dir=Path(s.cache_dir) / "layers",
+            layers_dir=s.layers_path(),
             uids=s.uid_range(),
             private=s.private_dirs(),
             secrets=s.secrets(),

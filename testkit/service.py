@@ -9,11 +9,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "submit-token-for-tests"
@@ -29,8 +30,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The dependency layers (runner/layers.py) that every runner of one test session shares: the
+# session sets it (tests/conftest.py) for all its workers, so a layer is built once per session
+# instead of once per runner cache. Unset (the benchmarks), each runner builds its own.
+SESSION_LAYERS = "FE_CI_TEST_LAYERS_DIR"
+
+
+def session_layers() -> dict[str, str]:
+    """``{"FE_CI_LAYERS_DIR": ...}`` for a runner's environment within a test session, else {}."""
+    where = os.environ.get(SESSION_LAYERS)
+    return {"FE_CI_LAYERS_DIR": where} if where else {}
+
+
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """This process's environment without any ``FE_CI_`` setting, plus a service's own."""
+    """This process's environment without any ``FE_CI_`` setting, plus a service's own (and the
+    session's shared layers, which the runners started with ``Service.runner_env`` inherit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
     env.update(
         {
@@ -43,10 +57,15 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
             "FE_CI_CACHE_DIR": str(data_dir.parent / "runner-cache"),
             "FE_CI_RUNNER_LABELS": "",
             "PYTHONPATH": str(ROOT),
+            **session_layers(),
         }
     )
     env.update(extra)
     return env
+
+
+class _Exited(Exception):
+    """The service process ended before it answered."""
 
 
 @dataclass
@@ -86,21 +105,25 @@ class Service:
             self.proc = subprocess.Popen(
                 self._argv(), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text()[-3000:]
-                if os.strerror(errno.EADDRINUSE).lower() in tail.lower():
-                    return False
-                raise RuntimeError(f"service exited: {tail}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop(signal.SIGKILL)
-        raise RuntimeError(f"service did not start: {self.log_path.read_text()[-3000:]}")
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise _Exited
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+        try:
+            eventually(healthy, timeout=timeout_s, ignoring=(httpx.TransportError,),
+                       message=f"the service's /healthz on port {self.port}")  # fmt: skip
+        except _Exited:
+            tail = self.log_path.read_text()[-3000:]
+            if os.strerror(errno.EADDRINUSE).lower() in tail.lower():
+                return False
+            raise RuntimeError(f"service exited: {tail}") from None
+        except AssertionError as exc:
+            self.stop(signal.SIGKILL)
+            raise RuntimeError(f"{exc}: {self.log_path.read_text()[-3000:]}") from None
+        return True
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from testkit.service import ROOT, Service
-from tests.helpers import push, send
+from testkit.waiting import eventually
+from tests.helpers import push, send, wait_for
 
 
 def repo_dir(tmp_path: Path) -> Path:
@@ -22,33 +22,32 @@ def repo_dir(tmp_path: Path) -> Path:
 
 
 def wait_build(svc: Service, build_id: int, timeout: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
-        if report["status"] in ("finished", "cancelled"):
-            return report
-        time.sleep(0.5)
-    raise AssertionError(f"build {build_id} did not finish: {report['jobs']}")
+    return wait_for(svc, build_id, ended, timeout=timeout)
+
+
+def ended(report: dict[str, Any]) -> bool:
+    return report["status"] in ("finished", "cancelled")
 
 
 def bisection_of(svc: Service, build_id: int, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        items = httpx.get(f"{svc.url}/api/bisections", params={"build": build_id}).json()["items"]
-        if items:
-            return items[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no bisection for build {build_id}")
+    """The bisection the red build ``build_id`` opened, once there is one."""
+    items = eventually(
+        lambda: httpx.get(f"{svc.url}/api/bisections", params={"build": build_id}).json()["items"],
+        timeout=timeout,
+        interval=0.5,
+        message=f"a bisection of build {build_id}",
+    )
+    return dict(items[0])
 
 
 def wait_bisection(svc: Service, bisection_id: int, timeout: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        b = httpx.get(f"{svc.url}/api/bisections/{bisection_id}").json()
-        if b["state"] not in ("opening", "running"):
-            return b
-        time.sleep(1)
-    raise AssertionError(f"bisection {bisection_id} still {b['state']}: {b['steps']}")
+    return eventually(
+        lambda: httpx.get(f"{svc.url}/api/bisections/{bisection_id}").json(),
+        until=lambda b: b["state"] not in ("opening", "running"),
+        timeout=timeout,
+        interval=0.5,
+        message=f"bisection {bisection_id} to end",
+    )
 
 
 def runner_env(svc: Service) -> dict[str, str]:

@@ -7,6 +7,8 @@ the same one): tests import them from there, and helpers from tests/helpers.py, 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -18,11 +20,33 @@ from typing import Any
 
 import pytest
 
-from testkit.service import ROOT, Service, service_env
+from testkit.service import ROOT, SESSION_LAYERS, Service, service_env
 from tests.bisecting import runner_env
 from tests.helpers import CHROMIUM, UploadServer, chromium
 
 StartService = Callable[..., Service]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One directory of dependency layers for the whole session, made by the process that starts
+    the workers (they inherit it): the 1.32.0 layer, about 20 s of CPU to build, is built once
+    instead of once per runner a test starts. ``FE_CI_TEST_LAYERS_DIR`` set beforehand is used
+    as it is, and kept."""
+    if hasattr(config, "workerinput") or os.environ.get(SESSION_LAYERS):
+        return
+    made = tempfile.mkdtemp(prefix="fe-ci-test-layers-")
+    os.environ[SESSION_LAYERS] = made
+    config.add_cleanup(lambda: _remove_layers(Path(made)))
+
+
+def _remove_layers(path: Path) -> None:
+    """A layer's write bits are stripped (jobs only read it): give them back to remove it."""
+    os.environ.pop(SESSION_LAYERS, None)
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(Path(root, name), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,6 +77,18 @@ def service(make_service: StartService) -> Service:
     return make_service()
 
 
+@pytest.fixture(scope="module")
+def module_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One service for those tests of a module that depend on nothing the others did in it
+    (refusals, error shapes, reads): a start costs about 1.5 s of CPU. What a test adds stays for
+    the next, so such a test counts what it added (``Service.count`` before and after) rather than
+    expecting an empty store."""
+    data = tmp_path_factory.mktemp("module-service") / "data"
+    svc = Service(data_dir=data, env=service_env(data)).start()
+    yield svc
+    svc.stop()
+
+
 @pytest.fixture
 def cache_dir() -> Iterator[str]:
     """The runners' cache (job work dirs, environments) outside ``/tmp/pytest-of-<user>``: every
@@ -76,7 +112,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     """A fresh page of the module's browser (1500x900, 15 s to find anything). The pages'
     Content-Security-Policy (no 'unsafe-eval') would forbid ``wait_for_function``'s string, so it
-    is bypassed here; tests/test_attacks.py runs the dashboard under the policy."""
+    is bypassed here; tests/functional/test_attacks.py runs the dashboard under the policy."""
     context = browser.new_context(viewport={"width": 1500, "height": 900}, bypass_csp=True)
     pg = context.new_page()
     pg.set_default_timeout(15_000)

@@ -14,10 +14,12 @@ import itertools
 import json
 import re
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from testkit.waiting import eventually
 
 INSTALLATION_TOKEN = "ghs_installation-token-for-tests"
 
@@ -80,15 +82,17 @@ class GitHubRecorder:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def wait_until(self, predicate: Any, timeout: float = 15) -> list[Call]:
-        """The calls so far, once ``predicate(calls)`` holds (or the timeout passed)."""
-        deadline = time.monotonic() + timeout
-        while not predicate(list(self.calls)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return list(self.calls)
-
-    def wait_for(self, n: int, timeout: float = 10) -> list[Call]:
-        return self.wait_until(lambda calls: len(calls) >= n, timeout)
+    def wait_until(
+        self, predicate: Callable[[list[Call]], object], timeout: float = 15
+    ) -> list[Call]:
+        """The calls so far, once ``predicate(calls)`` holds; an AssertionError past ``timeout``."""
+        return eventually(
+            lambda: list(self.calls),
+            until=predicate,
+            timeout=timeout,
+            interval=0.05,
+            message=f"GitHub calls ({getattr(predicate, '__name__', 'a condition')})",
+        )
 
     def close(self) -> None:
         self.server.shutdown()

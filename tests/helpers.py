@@ -1,6 +1,6 @@
 """What several test modules do against a running service: register a runner, submit a wheel,
 read a report, post a stage, deliver a signed GitHub push, wait for a build, open a browser; and
-the upload app the tests/test_uploads_*.py modules post wheels to.
+the upload app the tests/functional/test_uploads_*.py modules post wheels to.
 
 Test modules import these from here, never from one another. The service, the wheels and the
 free port they use are ``testkit``'s (shared with the benchmarks); the fixtures are in conftest.
@@ -13,7 +13,7 @@ import hmac
 import json
 import os
 import threading
-import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -31,6 +31,7 @@ from service.errors import ApiError
 from testkit import wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service
+from testkit.waiting import eventually
 
 Report = dict[str, Any]
 
@@ -72,14 +73,23 @@ def wait_for(
     svc: Service, build_id: int, pred: Callable[[Report], bool], timeout: float = 240
 ) -> Report:
     """The build's report once ``pred`` holds for it (polled), else an AssertionError."""
-    deadline = time.monotonic() + timeout
-    r: Report = {}
-    while time.monotonic() < deadline:
-        r = report(svc, build_id)
-        if pred(r):
-            return r
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting on build {build_id}: {r}")
+    return eventually(
+        lambda: report(svc, build_id),
+        until=pred,
+        timeout=timeout,
+        interval=0.3,
+        message=f"build {build_id} ({getattr(pred, '__name__', 'a condition')})",
+    )
+
+
+def logged(path: Path, text: str) -> Callable[[], bool]:
+    """A predicate for ``eventually``: ``text`` is in the log at ``path``."""
+
+    def _logged() -> bool:
+        return path.exists() and text in path.read_text()
+
+    _logged.__name__ = f"{text!r} in {path.name}"
+    return _logged
 
 
 def processes_in(path: Path) -> list[int]:
@@ -115,6 +125,12 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+def wait_gone(pids: Callable[[], list[int]], what: str, timeout: float = 5) -> None:
+    """Until ``pids()`` finds none (``processes_with``, ``processes_in``): ``what`` has ended."""
+    eventually(pids, until=lambda found: not found, timeout=timeout, interval=0.05,
+               message=f"{what} to end")  # fmt: skip
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -147,11 +163,13 @@ def send(
     payload: object,
     *,
     event: str = "push",
-    delivery: str = "d-1",
+    delivery: str | None = None,
     form: bool = False,
     secret: str | None = WEBHOOK,
 ) -> httpx.Response:
-    """Deliver ``payload`` signed with ``secret``, in either of GitHub's content types."""
+    """Deliver ``payload`` signed with ``secret``, in either of GitHub's content types, as a new
+    delivery (a GUID, as GitHub's are) unless ``delivery`` names one."""
+    delivery = delivery or str(uuid.uuid4())
     if form:
         body = urlencode({"payload": json.dumps(payload)}).encode()
         ctype = "application/x-www-form-urlencoded"
@@ -189,7 +207,7 @@ def chromium() -> Iterator[Any]:
 # ---------------------------------------------------------------- wheel uploads
 # An app that calls ``uploads.receive_wheel`` and answers the one JSON error shape, served by a
 # real uvicorn on 127.0.0.1 (the fixture ``upload_server`` is in conftest), and what the
-# tests/test_uploads_*.py modules post to it and assert about its answers.
+# tests/functional/test_uploads_*.py modules post to it and assert about its answers.
 
 WHEEL_NAME = wheels.wheel_name("1.32.0")
 DIST_INFO = wheels.dist_info("1.32.0")
@@ -234,10 +252,7 @@ class UploadServer:
 
     def __enter__(self) -> UploadServer:
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
+        eventually(lambda: self.server.started, timeout=10, interval=0.02, message="uvicorn")
         sock = self.server.servers[0].sockets[0]
         self.port = int(sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}/upload"

@@ -3,8 +3,8 @@ timings, and the environment the job ran in.
 
 ``Check``, ``Finding``, ``Capability``, ``DriftRow``, ``RefusalRow`` and ``StageResult`` mirror the
 documents a stage writes inside the candidate (``runner/inside/documents.py``): a field added here
-is added there (``tests/test_documents.py`` keeps the two in step). Every text, number and list is
-bounded (``core/bounds.py``): a runner's report is hostile input.
+is added there (``tests/functional/test_documents.py`` keeps the two in step). Every text, number
+and list is bounded (``core/bounds.py``): a runner's report is hostile input.
 """
 
 from __future__ import annotations

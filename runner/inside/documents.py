@@ -5,8 +5,8 @@ JSON document of the shape below; ``_io.run_stage`` writes it, or an ``ErrorDoc`
 raised. The runner reads it as untrusted input: ``problems(stage, doc)`` names every unknown or
 missing key, and the pipeline turns any into a stage ``error`` with the reason.
 ``core/wire/results.py`` mirrors the parts the runner carries on (``Check``, ``Finding``,
-``Capability``, ``DriftRow``, ``RefusalRow``, ``StageResult``); ``tests/test_documents.py`` keeps
-the two in step.
+``Capability``, ``DriftRow``, ``RefusalRow``, ``StageResult``);
+``tests/functional/test_documents.py`` keeps the two in step.
 """
 
 # No ``from __future__ import annotations``: TypedDict reads NotRequired from evaluated annotations.

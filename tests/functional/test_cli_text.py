@@ -1,0 +1,112 @@
+"""The ``fe-ci`` command line as a newcomer meets it: the real CLI in a subprocess whose stdout is
+a pipe (not a terminal), its help text and its exit codes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testkit.service import ROOT, Service
+
+EXIT_BAD_INPUT = 4
+
+
+def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_") and k != "COLUMNS"}
+    env.update({"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": ""}, **extra_env)
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "command", ["", "serve", "runner", "submit", "validate", "configs", "bisect"]
+)
+def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path) -> None:
+    proc = fe_ci(*([command] if command else []), "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "…" not in text, text  # nothing cut short
+    assert "``" not in text, text  # no reStructuredText markup
+    assert not re.search(r"<(bool|str|path|int)>", text), text  # no type labels
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    if command == "validate":
+        # the whole list of stages, not "probe,determinism,nu…"
+        assert "install, probe, determinism, numerics, refusal" in text, text
+        assert "4 bad input" in text
+    if command == "":
+        assert "4  bad input" in text and "2  inconclusive or incomplete" in text
+
+
+def test_every_option_of_every_command_has_help(tmp_path: Path) -> None:
+    for command in ("serve", "runner", "submit", "validate", "configs", "bisect"):
+        text = fe_ci(command, "--help", cwd=tmp_path).stdout
+        options = text.split("Options:", 1)[1]
+        for line in options.splitlines():
+            if line.strip().startswith("--"):
+                # "  --log-level LEVEL  debug, info, ..." : a lower-case name (typer 0.27 took a
+                # metavar equal to the name in capitals for the name: "--PORT PORT"), then words
+                assert re.match(r"\s+--[a-z][a-z0-9-]*( [A-Z]+)?\s{2,}\S", line), (command, line)
+
+
+def test_submit_help_names_its_environment(tmp_path: Path) -> None:
+    text = fe_ci("submit", "--help", cwd=tmp_path).stdout
+    assert "FE_CI_URL" in text and "FE_CI_SUBMIT_TOKEN" in text
+
+
+def test_bad_input_has_its_own_exit_code(tmp_path: Path) -> None:
+    """Not the 2 of inconclusive/incomplete: a script must tell a bad call from a weak verdict."""
+    junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
+    junk.write_bytes(b"not a zip")
+    cases = [
+        (("validate", str(junk)), "not a readable wheel"),
+        (("validate", str(tmp_path / "missing.whl")), "no such file"),
+        (("validate", str(junk), "--stages", "probe,warp"), "unknown stage 'warp'"),
+        (("validate", "--no-such-option"), "No such option"),
+        (("validate", "a.whl", "b.whl"), "unexpected extra argument"),
+        (("validate", "a.whl", "--require", "probe,warp"), "unknown required check(s) warp"),
+        (("validate", "a.whl", "--subjects", "sdpa_bwd", "--config", "b0"), "unknown config"),
+        (("configs", "warp"), "unknown subject 'warp'"),
+    ]
+    for args, words in cases:
+        proc = fe_ci(*args, cwd=tmp_path)
+        assert proc.returncode == EXIT_BAD_INPUT, (args, proc.returncode, proc.stderr)
+        assert words in proc.stderr, (args, proc.stderr)
+
+
+def test_submit_of_a_short_commit_answers_in_words(tmp_path: Path, module_service: Service) -> None:
+    before = module_service.count("builds")
+    proc = fe_ci(
+        "submit", "--commit", "abc", cwd=tmp_path, FE_CI_URL=module_service.url,
+        FE_CI_SUBMIT_TOKEN=module_service.env["FE_CI_SUBMIT_TOKEN"],
+    )  # fmt: skip
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert "not a full commit id" in proc.stderr and "40 hex" in proc.stderr, proc.stderr
+    assert '{"commit"' not in proc.stderr and "\\" not in proc.stderr
+    assert module_service.count("builds") == before
+
+
+def test_a_refused_submission_is_said_in_words(tmp_path: Path, module_service: Service) -> None:
+    junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
+    junk.write_bytes(b"not a zip")
+    proc = fe_ci(
+        "submit", str(junk), cwd=tmp_path, FE_CI_URL=module_service.url,
+        FE_CI_SUBMIT_TOKEN=module_service.env["FE_CI_SUBMIT_TOKEN"],
+    )  # fmt: skip
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert proc.stderr.startswith("error: the service refused the submission: "), proc.stderr
+    proc = fe_ci(
+        "submit", str(junk), cwd=tmp_path, FE_CI_URL=module_service.url, FE_CI_SUBMIT_TOKEN="wrong"
+    )
+    assert proc.returncode == 1 and "check FE_CI_SUBMIT_TOKEN" in proc.stderr, proc.stderr

@@ -1,0 +1,133 @@
+"""A runner's start and stop as the service sees them: real ``fe-ci runner`` processes against a
+real service on 127.0.0.1."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import httpx
+
+from testkit.service import ROOT, Service
+from testkit.waiting import eventually
+
+
+def runner_state(svc: Service, name: str) -> str:
+    """The state the /runners page shows for ``name``."""
+    html = httpx.get(f"{svc.url}/runners").text
+    row = html.split(f'data-runner="{name}"', 1)[1].split("</tr>", 1)[0]
+    for state in ("alive", "offline", "gone", "revoked"):
+        if f">{state}<" in row:
+            return state
+    raise AssertionError(row)
+
+
+def runner_env(svc: Service, name: str, **extra: str) -> dict[str, str]:
+    return svc.runner_env(
+        FE_CI_RUNNER_NAME=name,
+        FE_CI_RUNNER_LABELS="arch=sm_90",
+        FE_CI_CLAIM_WAIT_S="1",
+        FE_CI_POLL_INTERVAL_S="0.2",
+        FE_CI_WARM_WORKERS="false",
+        **extra,
+    )
+
+
+def submit_commit(svc: Service) -> dict:
+    with svc.http() as http:
+        resp = http.post("/validate", json={"commit": "ab" * 20})
+    assert resp.status_code == 202, resp.text
+    return dict(httpx.get(f"{svc.url}/api/builds/{resp.json()['build_id']}").json())
+
+
+def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "runner", "--once"],
+        env=runner_env(svc, "once-1"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "event=offline" in proc.stderr
+    assert runner_state(svc, "once-1") == "offline"
+    # and ``auto`` no longer counts its family: a build submitted now gets no sm_90 job
+    families = {j["family"] for j in submit_commit(svc)["jobs"]}
+    assert "sm_90" not in families, families
+
+
+def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_service) -> None:  # type: ignore[no-untyped-def]
+    svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "runner"],
+        env=runner_env(svc, "term-1"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: svc.count("runners"), timeout=60, message="the runner registered")
+        assert runner_state(svc, "term-1") == "alive"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert runner_state(svc, "term-1") == "offline"
+    # registering again (a restart) makes it alive again
+    resp = httpx.post(
+        f"{svc.url}/api/runners/register",
+        json={"name": "term-1", "labels": {"arch": "sm_90"}},
+        headers={"Authorization": f"Bearer {svc.env['FE_CI_RUNNER_TOKEN']}"},
+    )
+    assert resp.status_code == 200, resp.text
+    assert runner_state(svc, "term-1") == "alive"
+
+
+def test_offline_needs_a_runner_token(module_service: Service) -> None:
+    resp = httpx.post(f"{module_service.url}/api/runners/offline")
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
+
+
+def _python_without_torch(tmp_path: Path) -> Path:
+    """A directory holding every package of this environment except torch (links, not copies)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    out = tmp_path / "site-without-torch"
+    out.mkdir()
+    for entry in site.iterdir():
+        if entry.name == "torch" or entry.name.lower().startswith("torch-"):
+            continue
+        (out / entry.name).symlink_to(entry)
+    return out
+
+
+def test_a_runner_without_torch_refuses_to_start(module_service: Service, tmp_path: Path) -> None:
+    """The interpreter runs without its site packages (``-S``) and sees only the links: the
+    environment a runner installed without torch would have."""
+    before = module_service.count("runners")
+    site = _python_without_torch(tmp_path)
+    env = runner_env(module_service, "no-torch", PYTHONPATH=f"{ROOT}:{site}")
+    check = subprocess.run(
+        [sys.executable, "-S", "-c", "import httpx, typer, pydantic; import torch"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "No module named 'torch'" in check.stderr, check.stderr
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "runner.cli", "runner"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-3000:])
+    assert "has no torch" in proc.stderr and "scripts/install" in proc.stderr, proc.stderr
+    assert module_service.count("runners") == before  # it never registered

@@ -1,0 +1,226 @@
+"""Warm parents for the CPU stages (runner/zygotes.py, runner/inside/zygote.py).
+
+A real dependency layer of the registry's 1.32.0 wheel, a real zygote process in the sandbox a
+stage gets (bubblewrap and a uid of its own where the runner is root, as in CI), real forks, each
+stage in namespaces of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.wire import Stage, Status
+from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
+from testkit.registry import registry_wheel
+from testkit.service import session_layers
+from tests.helpers import alive, processes_with, wait_gone
+
+pytestmark = pytest.mark.slow  # builds a real dependency layer
+
+
+@pytest.fixture(scope="module")
+def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
+    """The 1.32.0 layer, from the session's shared layers where there are (built once)."""
+    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
+    shared = session_layers().get("FE_CI_LAYERS_DIR")
+    where = Path(shared) if shared else tmp_path_factory.mktemp("layers")
+    built = warm_install.ensure_layer(meta, layers_dir=where, timeout_s=900)
+    assert built is not None
+    return built
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
+    zs = zygotes.Zygotes(tmp_path / "zygotes")
+    yield zs
+    zs.close()
+
+
+def _module_dir(tmp_path: Path, name: str, code: str) -> Path:
+    """A directory holding one module (the stage's "candidate", linked into its room)."""
+    where = tmp_path / f"mods-{name}"
+    where.mkdir(exist_ok=True)
+    (where / f"{name}.py").write_text(code)
+    return where
+
+
+def _run(z: zygotes.Zygote, tmp_path: Path, name: str, code: str, **kw: object):  # type: ignore[no-untyped-def]
+    params = tmp_path / f"{name}.params.json"
+    params.write_text('{"a": 1}')
+    return z.run(
+        module=name,
+        params=params,
+        env={"PATH": os.environ.get("PATH", ""), "MARK": "from-the-request"},
+        site=_module_dir(tmp_path, name, code),
+        log_path=tmp_path / f"{name}.log",
+        out_path=tmp_path / f"{name}.doc.json",
+        **{"timeout_s": 60.0, **kw},  # type: ignore[arg-type]
+    )
+
+
+def test_a_forked_stage_is_sandboxed_and_sees_its_request(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer)
+    assert z is not None and z.preloaded["torch"] == "ok", z and z.preloaded
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = (
+        "import json, os, sys, socket\n"
+        "print('torch preloaded', 'torch' in sys.modules, 'params', open(sys.argv[2]).read())\n"
+        "print('mark', os.environ.get('MARK'), 'home is cwd', os.environ['HOME'] == os.getcwd())\n"
+        "print('uid', os.getuid(), 'pid', os.getpid())\n"
+        "import tempfile\n"  # the zygote asked for its own temp dir while it preloaded
+        "print('tmp is its own', tempfile.gettempdir() == os.environ['TMPDIR'])\n"
+        "for d in ('/tmp', '/dev/shm'): open(d + '/left-behind', 'w').write('x')\n"
+        "print('socket hidden', os.listdir(os.path.dirname(sys.argv[2]) + '/../../sock'))\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        f"try:\n    s.connect(('127.0.0.1', {port})); print('connected')\n"
+        "except OSError as e:\n    print('refused', type(e).__name__)\n"
+        "json.dump({'seen': True}, open(sys.argv[4], 'w'))\n"
+    )
+    out = _run(z, tmp_path, "peek", code)
+    server.close()
+    assert out is not None and out.ok, out
+    assert """torch preloaded True params {"a": 1}""" in out.log_tail
+    assert "mark from-the-request home is cwd True" in out.log_tail
+    assert "tmp is its own True" in out.log_tail
+    assert " pid 2\n" in out.log_tail  # its own pid namespace, under an init of its own
+    assert "socket hidden []" in out.log_tail  # no stage reaches back into the zygote
+    assert "refused" in out.log_tail and "connected" not in out.log_tail
+    if jail.mechanism().uid_drop:  # the runner is root (CI is): the zygote's own uid
+        assert z.uid is not None and f"uid {z.uid} " in out.log_tail
+    assert (tmp_path / "peek.doc.json").read_text() == '{"seen": true}'
+    assert list((z.root / "rooms").iterdir()) == []  # the room is gone with the stage
+    after = _run(
+        z,
+        tmp_path,
+        "after",
+        "import os\nprint(os.listdir('/dev/shm'), 'left-behind' in os.listdir('/tmp'))\n",
+    )
+    assert after is not None and after.ok and "[] False" in after.log_tail, (
+        after
+    )  # fresh /tmp, /dev/shm
+    assert z.forks == 2
+
+
+def test_a_setsid_daemon_of_a_stage_dies_with_the_stage(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    """A stage's child that leaves its session is still in the stage's pid namespace: gone when
+    the stage ends, though the zygote lives on."""
+    z = pool.get(layer)
+    assert z is not None
+    token = "31337.0417"  # a sleep nobody else runs
+    code = f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '{token}'])\nprint('forked')\n"
+    out = _run(z, tmp_path, "daemon", code)
+    assert out is not None and out.ok and "forked" in out.log_tail, out
+    wait_gone(lambda: processes_with(token), "the stage's setsid child")
+    assert z.alive()
+
+
+def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer)
+    assert z is not None
+    token = "31337.0418"  # a sleep nobody else runs
+    hang = _run(
+        z,
+        tmp_path,
+        "hang",
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen(['sleep', '{token}'])\n"
+        "print('grandchild', p.pid, flush=True)\ntime.sleep(600)\n",
+        timeout_s=2.0,
+    )
+    assert hang is not None and hang.status == "timeout", hang
+    assert "grandchild" in hang.log_tail
+    wait_gone(lambda: processes_with(token), "the timed-out stage's child")
+    crash = _run(
+        z,
+        tmp_path,
+        "crash",
+        "import ctypes\nprint('about to crash', flush=True)\nctypes.string_at(0)\n",
+    )
+    assert crash is not None and crash.status == "crashed" and crash.signal == signal.SIGSEGV
+    assert "about to crash" in crash.log_tail
+    failed = _run(z, tmp_path, "three", "raise SystemExit(3)\n")
+    assert failed is not None and (failed.status, failed.returncode) == ("failed", 3)
+    assert z.alive() and pool.get(layer) is z
+
+
+def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    z = pool.get(layer)
+    assert z is not None
+    os.killpg(z.proc.pid, signal.SIGKILL)
+    z.proc.wait()
+    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
+    again = pool.get(layer)
+    assert again is not None and again is not z and again.alive()
+
+
+def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    wheel = registry_wheel("1.32.0")
+    stages = [Stage.install, Stage.probe, Stage.refusal]
+
+    def build(name: str, zs: zygotes.Zygotes | None) -> pipeline.Pipeline:
+        opts = pipeline_options.Options(
+            stages=stages,
+            work_dir=tmp_path / name,
+            layers_dir=layer.root.parent,
+            zygotes=zs,
+            report_unselected=False,
+        )
+        pipe = pipeline.Pipeline(opts)
+        assert pipe.install(wheel).status == Status.pass_
+        return pipe
+
+    plain = build("plain", None)
+    warm = build("warm", pool)
+    answers = []
+    for pipe in (plain, warm):
+        probe = pipe.probe()
+        refusal = pipe.run_inside(Stage.refusal, {})
+        assert probe.status == Status.pass_ and refusal.status == Status.pass_, (probe, refusal)
+        answers.append((probe.capabilities, [r.model_dump() for r in refusal.refusal]))
+    assert answers[0] == answers[1]
+    (z,) = pool._live.values()
+    assert z.forks == 2  # the warm build's probe and refusal, not the plain one's
+
+
+def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from runner import envs, warm_install, zygotes\n"
+        f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
+        f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
+        "timeout_s=900)\n"
+        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer)\n"
+        "print(z.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert runner.stdout is not None
+    zygote_pid = int(runner.stdout.readline())
+    assert alive(zygote_pid)
+    runner.kill()
+    runner.wait()
+    wait_gone(lambda: [zygote_pid] if alive(zygote_pid) else [], "the zygote", timeout=10)
+    wait_gone(lambda: processes_with(str(tmp_path / "zygotes")), "the zygote's sandbox")

@@ -1,0 +1,39 @@
+"""The build report keeps its shape: the schema is the one committed, and every report the H200
+streams recorded (``docs/measurements/h200-stream-*.json``, the API's answers on a GPU host) reads
+back through today's model field for field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.wire import BuildReport
+from core.wire.__main__ import schema_text
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAMS = sorted((ROOT / "docs" / "measurements").glob("h200-stream-*.json"))
+
+
+def test_the_report_schema_is_the_committed_one() -> None:
+    committed = (ROOT / "docs" / "report-schema.json").read_text()
+    assert schema_text() == committed, (
+        "the build report's shape changed: if that is meant, regenerate the committed schema "
+        "with `python -m core.wire > docs/report-schema.json` (clients read this shape)"
+    )
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=[p.name for p in STREAMS])
+def test_the_h200_reports_read_back_field_for_field(stream: Path) -> None:
+    builds = json.loads(stream.read_text())["builds"]
+    assert builds
+    for build in builds:
+        assert BuildReport.model_validate(build).model_dump(mode="json") == build, build["id"]
+
+
+def test_a_field_the_report_lacks_is_caught() -> None:
+    build = json.loads(STREAMS[0].read_text())["builds"][0]
+    renamed = {**build, "verdict_why": build["verdict_reason"]}
+    del renamed["verdict_reason"]
+    assert BuildReport.model_validate(renamed).model_dump(mode="json") != renamed

@@ -1,0 +1,54 @@
+"""The summary of a stream of builds (``testkit/streams.py``, of what ``bench/gpu_stream.py``
+writes), read from the first H200 stream as it was recorded
+(``docs/measurements/h200-stream-2026-12-04.json``): what it says is what the closing figures of
+that stream were taken from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testkit.streams import analyse, host_sample, summary_text
+
+RECORDED = Path(__file__).resolve().parents[2] / "docs/measurements/h200-stream-2026-12-04.json"
+
+
+@pytest.fixture(scope="module")
+def stream() -> dict:
+    return json.loads(RECORDED.read_text())
+
+
+def test_the_recorded_stream_reads_as_it_was_measured(stream: dict) -> None:
+    a = analyse(stream)
+    kinds = list(a["kinds"].values())
+    assert kinds.count("flipped_bit") == 2 and kinds.count("slower_backward") == 2
+    assert a["lost"] == []
+    assert all(len(configs) == 1 for configs in a["configs"].values())
+    # the two slower builds of that stream (backward run four times) stayed inside the band
+    assert len(a["planted_missed"]) == 2
+    assert all("slower_backward" in line for line in a["planted_missed"])
+    assert a["flagged_genuine"] == []
+    assert len(a["verdicts"]) == 1
+
+
+def test_the_summary_names_each_build_and_the_warm_median(stream: dict) -> None:
+    text = summary_text(stream)
+    assert "warm determinism stage median: 15.8 s over 18 builds (goal <= 15 s: NO)" in text
+    per_build = [line for line in text.splitlines() if line.startswith("  #")]
+    assert len(per_build) == len(stream["builds"])
+    assert per_build[0].startswith("  #1 genuine: 32.6 s, ready 3.148")
+
+
+def test_host_samples_are_shown_where_the_stream_has_them(stream: dict) -> None:
+    first = stream["builds"][0]["id"]
+    host = {"loadavg": 3.5, "processes": 412, "mem_available_mib": 1000, "top_cpu_s": ["7:x 9"]}
+    text = summary_text({**stream, "host": {str(first): host}})
+    assert f"  #{first} genuine: 32.6 s, ready 3.148; load 3.5, 412 processes" in text
+
+
+def test_a_host_sample_is_read_from_this_host() -> None:
+    sample = host_sample()
+    assert sample["processes"] >= 1 and sample["mem_available_mib"] > 0
+    assert len(sample["top_cpu_s"]) <= 5 and all(":" in row for row in sample["top_cpu_s"])
