@@ -148,6 +148,23 @@ def test_the_runner_rides_out_503s_and_dropped_connections(make_service, tmp_pat
     assert "ConnectError" in text or "RemoteProtocolError" in text or "ReadError" in text
 
 
+def _kept_through_a_refused_finish(svc: Service, proxy: Proxy, tmp_path: Path) -> Path:
+    """Runner r1 runs the build's job while every ``/finish`` answers 503, and is stopped: the
+    result it kept on disk."""
+    proxy.fail("unavailable", path=r"/finish$", retry_after=None)
+    first = start_runner(svc, tmp_path, url=proxy.url)
+    try:
+        eventually(
+            logged(tmp_path / "r1.log", "call=finish"),
+            timeout=120,
+            message="the job's end was refused",
+        )
+    finally:
+        assert stop(first) == 0
+    (kept,) = results_dir(svc).glob("job-*.json")
+    return kept
+
+
 def test_a_result_kept_through_an_outage_is_sent_by_the_restarted_runner(
     make_service, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -156,17 +173,7 @@ def test_a_result_kept_through_an_outage_is_sent_by_the_restarted_runner(
     svc: Service = make_service()
     build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.3.1", "VALUE = 1\n"))
     with Proxy(svc.port) as proxy:
-        proxy.fail("unavailable", path=r"/finish$", retry_after=None)
-        first = start_runner(svc, tmp_path, url=proxy.url)
-        try:
-            eventually(
-                logged(tmp_path / "r1.log", "call=finish"),
-                timeout=120,
-                message="the job's end was refused",
-            )
-        finally:
-            assert stop(first) == 0
-        (kept,) = results_dir(svc).glob("job-*.json")
+        kept = _kept_through_a_refused_finish(svc, proxy, tmp_path)
         assert kept.stat().st_mode & 0o777 == 0o600
         assert report(svc, build)["jobs"][0]["status"] == "leased"  # still this runner's lease
         proxy.heal()
@@ -190,17 +197,7 @@ def test_a_kept_result_whose_lease_is_gone_is_dropped_and_the_job_runs_again(
     svc: Service = make_service(FE_CI_LEASE_SECONDS="3", FE_CI_SWEEP_INTERVAL_S="0.3")
     build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.3.2", "VALUE = 1\n"))
     with Proxy(svc.port) as proxy:
-        proxy.fail("unavailable", path=r"/finish$", retry_after=None)
-        first = start_runner(svc, tmp_path, url=proxy.url)
-        try:
-            eventually(
-                logged(tmp_path / "r1.log", "call=finish"),
-                timeout=120,
-                message="the job's end was refused",
-            )
-        finally:
-            assert stop(first) == 0
-        (kept,) = results_dir(svc).glob("job-*.json")
+        kept = _kept_through_a_refused_finish(svc, proxy, tmp_path)
         wait_for(svc, build, lambda r: r["jobs"][0]["attempt"] == 2)  # the lease expired
         proxy.heal()
         second = start_runner(svc, tmp_path, "r1-again", url=proxy.url)
