@@ -30,7 +30,7 @@ from service import uploads, wheelcheck
 from service.errors import ApiError
 from testkit import wheels
 from testkit.registry import registry_wheel
-from testkit.service import REGISTER, WEBHOOK, Service
+from testkit.service import REGISTER, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
 
 Report = dict[str, Any]
@@ -307,3 +307,27 @@ def assert_refused(
         assert error["detail"]["check"] == check, error
     assert files_left(server.data_dir) == []
     return dict(error)
+
+
+@contextmanager
+def seeded_service(
+    data: Path, more: Callable[[Any, dict[str, int]], None] | None = None
+) -> Iterator[tuple[Service, dict[str, int]]]:
+    """A real service on ``data`` whose database holds the dashboard's scenarios
+    (``testkit.dashboard_data.seed_all``; ``more(engine, ids)`` adds to them): the service and
+    the seeded ids by name."""
+    from service.db import make_engine
+    from testkit.dashboard_data import seed_all
+
+    svc = Service(data_dir=data, env=service_env(data)).start()
+    try:
+        engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
+        try:
+            ids = seed_all(engine)
+            if more is not None:
+                more(engine, ids)
+        finally:
+            engine.dispose()
+        yield svc, ids
+    finally:
+        svc.stop()

@@ -12,11 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from service.db import make_engine
-from testkit.dashboard_data import XSS_BRANCH, seed_all
-from testkit.service import SUBMIT, Service, service_env
+from testkit.dashboard_data import XSS_BRANCH
+from testkit.service import SUBMIT, Service
 from testkit.wheels import make_wheel
-from tests.helpers import register, submit_wheel
+from tests.helpers import register, seeded_service, submit_wheel
 
 
 def error(resp: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -115,15 +114,8 @@ def test_the_wheel_downloads_under_its_file_name(service: Service, tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, int]]]:
-    data = tmp_path_factory.mktemp("controls") / "data"
-    svc = Service(data_dir=data, env=service_env(data)).start()
-    engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
-    try:
-        ids = seed_all(engine)
-    finally:
-        engine.dispose()
-    yield svc, ids
-    svc.stop()
+    with seeded_service(tmp_path_factory.mktemp("controls") / "data") as seeded:
+        yield seeded
 
 
 def latest_finished(svc: Service, branch: str) -> str:

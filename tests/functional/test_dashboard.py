@@ -16,10 +16,9 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 
-from service.db import make_engine
-from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION, seed_all
-from testkit.service import ROOT, Service, service_env
-from tests.helpers import CHROMIUM, unfold
+from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION
+from testkit.service import ROOT, Service
+from tests.helpers import CHROMIUM, seeded_service, unfold
 
 SHOTS = ROOT / "docs" / "screenshots"
 needs_chromium = pytest.mark.skipif(
@@ -46,15 +45,8 @@ STATE_TEXT = {
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, int]]]:
-    data = tmp_path_factory.mktemp("dash") / "data"
-    svc = Service(data_dir=data, env=service_env(data)).start()
-    engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
-    try:
-        ids = seed_all(engine)
-    finally:
-        engine.dispose()
-    yield svc, ids
-    svc.stop()
+    with seeded_service(tmp_path_factory.mktemp("dash") / "data") as seeded:
+        yield seeded
 
 
 def shot(page: Any, name: str) -> None:

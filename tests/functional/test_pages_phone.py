@@ -18,28 +18,23 @@ from sqlalchemy.orm import Session
 
 from service.db import make_engine
 from service.models import Build, DriftRowDB, Job
-from testkit.dashboard_data import seed_all
 from testkit.dashboard_data.extras import COMMITS, seed_bisection, seed_logs
-from testkit.service import SUBMIT, Service, service_env
+from testkit.service import SUBMIT, Service
 from testkit.wheels import make_wheel
-from tests.helpers import submit_wheel
+from tests.helpers import seeded_service, submit_wheel
 
 PHONE = {"width": 360, "height": 780}
 
 
+def _bisection_and_logs(engine: Any, ids: dict[str, int]) -> None:
+    ids["bisection"] = seed_bisection(engine, ids["pass"], ids["fail"])
+    seed_logs(engine, ids["fail"])
+
+
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, int]]]:
-    data = tmp_path_factory.mktemp("phone") / "data"
-    svc = Service(data_dir=data, env=service_env(data)).start()
-    engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
-    try:
-        ids = seed_all(engine)
-        ids["bisection"] = seed_bisection(engine, ids["pass"], ids["fail"])
-        seed_logs(engine, ids["fail"])
-    finally:
-        engine.dispose()
-    yield svc, ids
-    svc.stop()
+    with seeded_service(tmp_path_factory.mktemp("phone") / "data", _bisection_and_logs) as seeded:
+        yield seeded
 
 
 def test_no_page_scrolls_sideways_at_360px(seeded: Any, browser: Any) -> None:
