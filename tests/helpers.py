@@ -12,6 +12,8 @@ import hashlib
 import hmac
 import json
 import os
+import signal
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -331,3 +333,15 @@ def seeded_service(
         yield svc, ids
     finally:
         svc.stop()
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds: its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

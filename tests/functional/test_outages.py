@@ -24,6 +24,7 @@ from testkit.service import Service
 from testkit.waiting import eventually
 from testkit.wheels import make_wheel, sleepy
 from tests.helpers import logged, register, report, submit_wheel, wait_for
+from tests.helpers import stop_process as stop
 
 CPU_STAGES = ["install", "probe", "refusal"]
 
@@ -44,17 +45,6 @@ def start_runner(
         **env,
     }
     return svc.start_runner(tmp_path / f"{log}.log", **settings)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 def results_dir(svc: Service) -> Path:

@@ -22,6 +22,7 @@ from testkit.service import SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_big_wheel, make_wheel, sleepy
 from tests.helpers import logged, stage_body, submit_wheel, wait_for
+from tests.helpers import stop_process as stop
 from tests.tap import read_tap
 
 CPU_STAGES = ["install", "probe", "refusal"]
@@ -41,16 +42,6 @@ def start_runner(
         **env,
     }
     return svc.start_runner(tmp_path / f"{name}.log", module=module, **settings)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def has_stage(name: str, attempt: int = 1):  # type: ignore[no-untyped-def]
