@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from core.subjects import SUBJECTS, family_of
-from runner.inside import bits, compileonly, plan
+from runner.inside import ahead, bits, compileonly, plan
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.measure import Outcome, Settings, measure_subject
 from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache
@@ -142,6 +142,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     )
     settings = plan.settings(params)
     names = [n for n in SUBJECTS if n in (params.get("subjects") or SUBJECTS)]
+    early = _compile_ahead(names, params, cache.get("dir"))  # before anything touches CUDA
     t0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else None
@@ -181,7 +182,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     }
     try:
         doc = _run_subjects(
-            names,
+            ahead.last(names, early),
             status_of,
             device,
             settings,
@@ -194,8 +195,13 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     finally:
         for pending in background.values():
             pending.stop()
+        processes = len(early.children)
+        early_t = early.finish()
     timings = doc["timings"]
+    for name, seconds in early_t.items():
+        timings.setdefault(name, {}).update(seconds)
     stage_t.update(doc.pop("stage_timings"))
+    stage_t["ahead_processes"] = processes
     stage_t["total_s"] = round(time.perf_counter() - entered, 3)
     timings["stage"] = stage_t
     status, reason = _roll_up(doc["checks"], "determinism")
@@ -219,6 +225,22 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         "comparison_points": points,
         "environment": environment,
     }
+
+
+def _compile_ahead(
+    names: list[str], params: Mapping[str, Any], cache_dir: str | None
+) -> ahead.Ahead:
+    """The processes compiling ahead (``ahead.py``): for a GPU job (the runner names its family)
+    whose probe found the subject and its knob, where the subject runs on that family."""
+    family, caps = params.get("family"), params.get("capabilities") or {}
+    if not isinstance(family, str) or not params.get("compile_ahead", True):
+        return ahead.Ahead()
+    cuda = torch.device("cuda")  # a name only: nothing is initialised
+    pin = params.get("pin_config")
+    runs = [
+        n for n in names if n in caps and plan.status_of(n, caps, cuda, family, pin) == ("", "")
+    ]
+    return ahead.start(((n, SUBJECTS[n].load()) for n in runs), cache_dir, "cuda")
 
 
 def _run_subjects(
@@ -292,6 +314,11 @@ def _run_subjects(
             **outcome.phases,
         }
     subjects_s = time.perf_counter() - t0
+    # in the registry's order, whatever order they ran in (``ahead.last``)
+    rank = {n: i for i, n in enumerate(SUBJECTS)}
+    checks.sort(key=lambda c: rank.get(c["name"].split(".")[0], len(rank)))
+    numerics.sort(key=lambda c: rank.get(c["name"].split(".")[0], len(rank)))
+    drift.sort(key=lambda d: rank.get(d["subject"], len(rank)))
     t0 = time.perf_counter()
     for name, pending in background.items():
         doc = compileonly.collect(pending, cache_dir=cache_dir, key=cache_key)

@@ -71,6 +71,9 @@ class FlexWorkload:
 class FlexAttentionBwd:
     name = "flex_attention_bwd"
     configs = CONFIGS
+    # its kernels persist in this subdirectory of the compile cache, one set for every config:
+    # compiled ahead in their own processes when the cache is cold (``runner/inside/ahead.py``)
+    kernel_cache = "flex"
 
     def prepare(self, config: Config, device: torch.device) -> FlexWorkload:
         return FlexWorkload(config, device)

@@ -1,0 +1,171 @@
+"""Compiling ahead: a cold stage's cached kernels compiled in forked processes beside it.
+
+A cold determinism stage compiled every kernel one after another in one interpreter. The CuTe DSL
+compiles under the GIL, so threads do not overlap (``bench/cold_compile.py`` on the H200: the two
+flex arms warmed up in two threads took 14.0 s, one after the other 12.9 s); processes do. A subject
+whose kernels persist in the compile cache (its harness object's ``kernel_cache``: the cache's
+subdirectory they land in) gets one process per arm, forked before this process touches CUDA (a
+CUDA context does not survive a fork). Each builds the subject's smallest config and runs its arm
+once, so its kernels land in the cache. The stage meanwhile measures the subjects that have no such
+kernels and reaches these last: by then it loads what the processes compiled, and compiles beside
+them whatever they have not reached yet (the cache keeps one copy of each).
+
+Only in a cold cache (the subject's subdirectory holds no file): in a warm one there is nothing to
+gain, and the measurements run with nothing beside them. A process still running when the stage
+ends is killed; what it compiled is the stage's, as if the stage had compiled it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fe_ci.inside.ahead")
+
+KNOBS = (False, True)
+
+
+@dataclass
+class Child:
+    name: str
+    knob: bool
+    pid: int
+    reads: int  # the pipe it reports on
+
+
+@dataclass
+class Ahead:
+    """The processes compiling ahead, and what they said."""
+
+    children: list[Child] = field(default_factory=list)
+    said: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> set[str]:
+        return {c.name for c in self.children}
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """End the processes (kill those still compiling); ``{subject: timings}`` they reported:
+        ``ahead_off_s`` / ``ahead_on_s``, the seconds each arm's process took, None if killed."""
+        for child in self.children:
+            done, _ = os.waitpid(child.pid, os.WNOHANG)
+            if not done:
+                log.info("ahead subject=%s knob=%s still compiling: killed", child.name, child.knob)
+                _kill(child.pid)
+            self.said[(child.name, child.knob)] = _read(child.reads)
+        timings: dict[str, dict[str, Any]] = {}
+        for child in self.children:
+            doc = self.said.get((child.name, child.knob)) or {}
+            seconds = doc.get("s") if doc.get("ok") else None
+            timings.setdefault(child.name, {})[f"ahead_{'on' if child.knob else 'off'}_s"] = seconds
+        self.children = []
+        return timings
+
+
+def cold(cache_dir: str | None, subdir: str) -> bool:
+    """Whether ``subdir`` of the compile cache holds no file yet."""
+    if not cache_dir:
+        return False
+    try:
+        return not any(p.is_file() for p in (Path(cache_dir) / subdir).rglob("*"))
+    except OSError:
+        return False
+
+
+def start(subjects: Iterable[tuple[str, Any]], cache_dir: str | None, device_type: str) -> Ahead:
+    """Fork one process per arm for each ``(name, harness)`` whose ``kernel_cache`` is cold.
+
+    Call before anything in this process touches ``device_type``'s runtime."""
+    ahead = Ahead()
+    for name, harness in subjects:
+        subdir = getattr(harness, "kernel_cache", None)
+        if not subdir or not cold(cache_dir, subdir) or not harness.configs:
+            continue
+        for knob in KNOBS:
+            ahead.children.append(_fork(name, harness, knob, device_type))
+    if ahead.children:
+        log.info("ahead: %d processes compiling %s", len(ahead.children), sorted(ahead.names))
+    return ahead
+
+
+def _fork(name: str, harness: Any, knob: bool, device_type: str) -> Child:
+    reads, writes = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():  # torch's threads are idle here; the zygotes fork as well
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        os.close(writes)
+        return Child(name, knob, pid, reads)
+    os.close(reads)  # pragma: no cover (the child: its coverage is its report)
+    os._exit(_compile(name, harness, knob, device_type, writes))  # pragma: no cover
+
+
+def _compile(name: str, harness: Any, knob: bool, device_type: str, writes: int) -> int:
+    """In the forked process: the smallest config built and the arm run once, then report."""
+    import torch
+
+    from runner.inside.subjects.base import synchronize
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    t0 = time.perf_counter()
+    doc: dict[str, Any] = {"name": name, "knob": knob}
+    try:
+        device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+        workload = harness.prepare(harness.configs[0], device)
+        workload.run(knob)
+        synchronize(device)
+        doc.update(ok=True, s=round(time.perf_counter() - t0, 3))
+        log.info("ahead subject=%s knob=%s compiled in %.1f s", name, knob, doc["s"])
+    except BaseException as exc:  # the stage compiles what this did not; say why, once
+        doc.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+        log.warning("ahead subject=%s knob=%s failed: %s", name, knob, doc["error"])
+    try:
+        os.write(writes, json.dumps(doc).encode()[:4096])
+    finally:
+        os.close(writes)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 0 if doc["ok"] else 1
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _read(fd: int) -> dict[str, Any]:
+    """What a child wrote on its pipe (at most 4 KiB of JSON), or {} if nothing readable."""
+    try:
+        os.set_blocking(fd, False)
+        data = os.read(fd, 4096)
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(data) if data else {}
+    except ValueError:
+        return {}
+    return dict(doc) if isinstance(doc, Mapping) else {}
+
+
+def last(names: list[str], ahead: Ahead) -> list[str]:
+    """``names`` with the subjects compiling ahead moved to the end, in their order."""
+    return [n for n in names if n not in ahead.names] + [n for n in names if n in ahead.names]

@@ -1,0 +1,147 @@
+"""Compiling ahead (runner/inside/ahead.py): real forked processes, on CPU.
+
+The subject here is a stand-in, because the one with cached kernels (flex_attention_bwd) needs a
+CUDA GPU: its "compile" writes one file per arm into the cache's subdirectory, as the CuTe DSL
+exports a kernel, and can be made slow or broken. The forks, the pipes, the kill of a process still
+compiling when the stage ends, and the cold/warm rule are the real ones.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from runner.inside import ahead, determinism
+from runner.inside.subjects.base import Config
+
+
+@dataclass
+class CachedKernels:
+    """A subject whose ``run`` leaves a "kernel" per arm in ``cache/<kernel_cache>``."""
+
+    cache: Path
+    kernel_cache: str | None = "kern"
+    sleep_s: float = 0.0
+    broken: bool = False
+    name: str = "cached"
+    configs: tuple[Config, ...] = (Config("small", {}), Config("large", {}))
+
+    def prepare(self, config: Config, device: torch.device) -> Any:
+        if self.broken:
+            raise RuntimeError("no such kernel")
+        return _Workload(self, config)
+
+
+@dataclass
+class _Workload:
+    subject: CachedKernels
+    config: Config
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        time.sleep(self.subject.sleep_s)
+        kernels = self.subject.cache / str(self.subject.kernel_cache)
+        kernels.mkdir(parents=True, exist_ok=True)
+        (kernels / f"{self.config.name}-{knob}.o").write_text(str(os.getpid()))
+        return {}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_a_cold_cache_gets_one_process_per_arm_and_their_kernels(tmp_path: Path) -> None:
+    subject = CachedKernels(tmp_path)
+    early = ahead.start([("cached", subject)], str(tmp_path), "cpu")
+    pids = [c.pid for c in early.children]
+    assert sorted(c.knob for c in early.children) == [False, True]
+    assert os.getpid() not in pids and len(set(pids)) == 2
+    deadline = time.monotonic() + 60
+    while len(list((tmp_path / "kern").glob("*.o"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    timings = early.finish()
+    # the smallest config, each arm in its own process (not this one)
+    kernels = {p.name: p.read_text() for p in (tmp_path / "kern").glob("*.o")}
+    assert set(kernels) == {"small-False.o", "small-True.o"}
+    assert set(kernels.values()) == {str(p) for p in pids}
+    assert set(timings) == {"cached"}
+    assert all(isinstance(timings["cached"][k], float) for k in ("ahead_off_s", "ahead_on_s"))
+    assert all(_gone(p) for p in pids)  # reaped: no zombie left to the stage
+    assert early.children == []
+
+
+def test_a_warm_cache_or_a_subject_without_cached_kernels_starts_nothing(tmp_path: Path) -> None:
+    (tmp_path / "kern").mkdir()
+    (tmp_path / "kern" / "old.o").write_text("")
+    assert ahead.start([("cached", CachedKernels(tmp_path))], str(tmp_path), "cpu").children == []
+    plain = CachedKernels(tmp_path / "other", kernel_cache=None)
+    assert ahead.start([("plain", plain)], str(tmp_path / "other"), "cpu").children == []
+    assert ahead.start([("cached", CachedKernels(tmp_path))], None, "cpu").children == []
+    assert ahead.Ahead().finish() == {}
+
+
+def test_a_process_still_compiling_at_the_end_is_killed_and_says_nothing(tmp_path: Path) -> None:
+    early = ahead.start([("cached", CachedKernels(tmp_path, sleep_s=60))], str(tmp_path), "cpu")
+    pids = [c.pid for c in early.children]
+    t0 = time.monotonic()
+    timings = early.finish()
+    assert time.monotonic() - t0 < 30  # killed, not waited for
+    assert timings == {"cached": {"ahead_off_s": None, "ahead_on_s": None}}
+    assert all(_gone(p) for p in pids)
+    assert not list((tmp_path / "kern").glob("*.o"))
+
+
+def test_a_process_that_fails_says_why_and_reports_no_time(tmp_path: Path) -> None:
+    early = ahead.start([("cached", CachedKernels(tmp_path, broken=True))], str(tmp_path), "cpu")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(_exited(c.pid) for c in early.children):
+        time.sleep(0.05)
+    assert early.finish() == {"cached": {"ahead_off_s": None, "ahead_on_s": None}}
+    for knob in (False, True):
+        said = early.said[("cached", knob)]
+        assert said["ok"] is False and said["error"] == "RuntimeError: no such kernel"
+
+
+def _exited(pid: int) -> bool:
+    """Ended and not yet reaped (a zombie): what ``finish`` reaps without killing."""
+    return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_the_subjects_compiling_ahead_are_measured_last() -> None:
+    early = ahead.Ahead(children=[ahead.Child("b", False, 0, -1)])
+    assert ahead.last(["a", "b", "c"], early) == ["a", "c", "b"]
+    assert ahead.last(["a", "b", "c"], ahead.Ahead()) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"family": None}, set()),  # a CPU job: nothing is forked
+        ({"family": "sm_90"}, set()),  # no probe answer: the candidate is not imported first
+        ({"family": "sm_90", "compile_ahead": False}, set()),
+        ({"family": "sm_90", "capabilities": "all"}, {"flex_attention_bwd"}),
+        ({"family": "sm_80", "capabilities": "all"}, set()),  # flex runs on sm_90 and sm_100
+    ],
+)
+def test_the_stage_compiles_ahead_only_what_it_will_run_on_its_family(
+    tmp_path: Path, params: dict[str, Any], expected: set[str]
+) -> None:
+    """The real stage's choice; here the flex processes cannot compile (no CUDA): no times."""
+    names = list(determinism.SUBJECTS)
+    if params.get("capabilities") == "all":
+        params["capabilities"] = {n: {"importable": True, "present": True} for n in names}
+    early = determinism._compile_ahead(names, params, str(tmp_path))
+    assert early.names == expected
+    timings = early.finish()
+    assert set(timings) == expected
+    for seconds in timings.values():
+        assert seconds == {"ahead_off_s": None, "ahead_on_s": None}
