@@ -1,14 +1,22 @@
-"""Compiling ahead: a cold stage's cached kernels compiled in forked processes beside it.
+"""Compiling ahead: the deterministic arm's cached kernels compiled in a forked process.
 
-A cold determinism stage compiled every kernel one after another in one interpreter. The CuTe DSL
+A cold determinism stage compiles every kernel one after another in one interpreter. The CuTe DSL
 compiles under the GIL, so threads do not overlap (``bench/cold_compile.py`` on the H200: the two
-flex arms warmed up in two threads took 14.0 s, one after the other 12.9 s); processes do. A subject
-whose kernels persist in the compile cache (its harness object's ``kernel_cache``: the cache's
-subdirectory they land in) gets one process per arm, forked before this process touches CUDA (a
-CUDA context does not survive a fork). Each builds the subject's smallest config and runs its arm
-once, so its kernels land in the cache. The stage meanwhile measures the subjects that have no such
-kernels and reaches these last: by then it loads what the processes compiled, and compiles beside
-them whatever they have not reached yet (the cache keeps one copy of each).
+flex arms warmed up in two threads took 14.0 s, one after the other 12.9 s); processes do. The walk
+compiles the knob-off arm first and the deterministic arm last, only at the config it chooses. A
+subject whose kernels persist in the compile cache (its harness object's ``kernel_cache``: the
+cache's subdirectory they land in) gets one process, forked before this process touches CUDA (a
+CUDA context does not survive a fork), that builds the subject's smallest config and runs the
+deterministic arm once: the kernels both arms share are compiled by whichever process reaches them
+first and loaded by the other (the cache keeps one copy), and the deterministic arm's own kernels
+are compiled while this process compiles the knob-off arm's. By the time the walk warms up the
+deterministic arm, it loads them.
+
+Measured on the H200: one forked process per arm, with the subject measured last, gained nothing
+in a cold stage (30.9 s, ``docs/measurements/cold-ahead-per-arm-h200.json``: three processes
+compiling the same plan kernels at once each ran slower). The deterministic arm alone beside the
+walk took its warm-up (about 3 s) off the critical path (``det_sibling`` in
+``docs/measurements/cold-compile-h200.json``).
 
 Only in a cold cache (the subject's subdirectory holds no file): in a warm one there is nothing to
 gain, and the measurements run with nothing beside them. A process still running when the stage
@@ -31,7 +39,7 @@ from typing import Any
 
 log = logging.getLogger("fe_ci.inside.ahead")
 
-KNOBS = (False, True)
+KNOBS = (True,)  # the deterministic arm: the one the walk warms up last
 
 
 @dataclass
@@ -82,7 +90,8 @@ def cold(cache_dir: str | None, subdir: str) -> bool:
 
 
 def start(subjects: Iterable[tuple[str, Any]], cache_dir: str | None, device_type: str) -> Ahead:
-    """Fork one process per arm for each ``(name, harness)`` whose ``kernel_cache`` is cold.
+    """Fork a process per arm in ``KNOBS`` for each ``(name, harness)`` whose ``kernel_cache`` is
+    cold.
 
     Call before anything in this process touches ``device_type``'s runtime."""
     ahead = Ahead()
@@ -164,8 +173,3 @@ def _read(fd: int) -> dict[str, Any]:
     except ValueError:
         return {}
     return dict(doc) if isinstance(doc, Mapping) else {}
-
-
-def last(names: list[str], ahead: Ahead) -> list[str]:
-    """``names`` with the subjects compiling ahead moved to the end, in their order."""
-    return [n for n in names if n not in ahead.names] + [n for n in names if n in ahead.names]

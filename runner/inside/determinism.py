@@ -182,7 +182,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     }
     try:
         doc = _run_subjects(
-            ahead.last(names, early),
+            names,
             status_of,
             device,
             settings,
@@ -314,11 +314,6 @@ def _run_subjects(
             **outcome.phases,
         }
     subjects_s = time.perf_counter() - t0
-    # in the registry's order, whatever order they ran in (``ahead.last``)
-    rank = {n: i for i, n in enumerate(SUBJECTS)}
-    checks.sort(key=lambda c: rank.get(c["name"].split(".")[0], len(rank)))
-    numerics.sort(key=lambda c: rank.get(c["name"].split(".")[0], len(rank)))
-    drift.sort(key=lambda d: rank.get(d["subject"], len(rank)))
     t0 = time.perf_counter()
     for name, pending in background.items():
         doc = compileonly.collect(pending, cache_dir=cache_dir, key=cache_key)

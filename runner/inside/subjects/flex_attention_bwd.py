@@ -72,7 +72,8 @@ class FlexAttentionBwd:
     name = "flex_attention_bwd"
     configs = CONFIGS
     # its kernels persist in this subdirectory of the compile cache, one set for every config:
-    # compiled ahead in their own processes when the cache is cold (``runner/inside/ahead.py``)
+    # its deterministic arm compiled ahead in a process of its own when the cache is cold
+    # (``runner/inside/ahead.py``)
     kernel_cache = "flex"
 
     def prepare(self, config: Config, device: torch.device) -> FlexWorkload:
