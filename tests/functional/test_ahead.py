@@ -139,3 +139,21 @@ def test_the_stage_compiles_ahead_only_what_it_will_run_on_its_family(
     assert set(timings) == expected
     for seconds in timings.values():
         assert seconds == {"ahead_on_s": None}
+
+
+def test_the_stage_reports_its_process_compiling_ahead(tmp_path: Path) -> None:
+    """The whole stage on this host: flex's process is forked and ended, and its time reported
+    (none: it cannot compile without CUDA); the subject itself is skipped here, as without it."""
+    caps = {"flex_attention_bwd": {"importable": True, "present": True}}
+    doc = determinism.run(
+        {
+            "family": "sm_90",
+            "capabilities": caps,
+            "subjects": ["flex_attention_bwd"],
+            "compile_only": False,
+            "compile_cache_dir": str(tmp_path / "cache"),
+        }
+    )
+    assert doc["timings"]["stage"]["ahead_processes"] == 1
+    assert doc["timings"]["flex_attention_bwd"] == {"ahead_on_s": None}
+    assert [c["status"] for c in doc["checks"]] == ["skipped"]
