@@ -12,6 +12,7 @@ finished (``host_sample``, taken by the stream after each build).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -22,6 +23,7 @@ from testkit.plants import PLANTS
 KIND_OF = {what: kind for kind, what in PLANTS.items()}
 PLANTED_SUBJECT = "flex_attention_bwd"
 WARM_GOAL_S = 15.0
+COLD = re.compile(r"compile cache \S+: 0 entries present")
 
 
 def _kind_of(what: str) -> str:
@@ -120,9 +122,18 @@ def _costs(builds: list[dict[str, Any]], kinds: dict[int, str]) -> dict[str, lis
     return dict(out)
 
 
+def cold(build: dict[str, Any]) -> bool:
+    """Whether the build's determinism stage found its compile cache empty (its reason says
+    ``compile cache KEY: 0 entries present``): a new wheel's first build compiles everything."""
+    det = _gpu_stage(build, "determinism") or {}
+    return bool(COLD.search(det.get("reason") or ""))
+
+
 def _times(doc: dict[str, Any], builds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the warm builds (all but the first): the build, each stage, the phases."""
-    warm = builds[1:]
+    """Medians over the warm builds (after the first, with a compile cache that had entries): the
+    build, each stage, the phases; and each cold build's determinism stage."""
+    warm = [b for b in builds[1:] if not cold(b)]
+    colds = [b for i, b in enumerate(builds) if i == 0 or cold(b)]
     stages: dict[str, list[float]] = defaultdict(list)
     phases: dict[str, list[float]] = defaultdict(list)
     for build in warm:
@@ -135,11 +146,13 @@ def _times(doc: dict[str, Any], builds: list[dict[str, Any]]) -> dict[str, Any]:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     phases[f"{part}.{key}"].append(float(value))
     walls = [float(doc.get("wall_s", {}).get(str(b["id"]), 0.0)) for b in warm]
-    first = _gpu_stage(builds[0], "determinism") if builds else None
     return {
         "warm_builds": len(warm),
         "wall_s": _median([w for w in walls if w]),
-        "cold_determinism_s": (first or {}).get("duration_s"),
+        "cold_determinism_s": {
+            b["id"]: round((_gpu_stage(b, "determinism") or {}).get("duration_s") or 0.0, 1)
+            for b in colds
+        },
         "stages": {k: _median(v) for k, v in sorted(stages.items())},
         "phases": {k: _median(v) for k, v in sorted(phases.items())},
     }
@@ -176,7 +189,9 @@ def summary_text(doc: dict[str, Any], pins: list[dict[str, Any]] | None = None) 
         + "; ".join(f"{v} (builds {', '.join(map(str, ids))})" for v, ids in a["verdicts"].items()),
         f"warm determinism stage median: {det_warm} s over {a['times']['warm_builds']} builds "
         f"(goal <= {WARM_GOAL_S:g} s: {_mark(det_warm is not None and det_warm <= WARM_GOAL_S)}); "
-        f"cold (build 1): {a['times']['cold_determinism_s']} s; warm build wall (submission to "
+        "cold (builds "
+        + ", ".join(f"#{k} {v} s" for k, v in a["times"]["cold_determinism_s"].items())
+        + f"); warm build wall (submission to "
         f"report) median {a['times']['wall_s']} s",
         "cost of determinism at the comparison point: "
         + "; ".join(f"{k} {min(v):.2f}-{max(v):.2f}x (n={len(v)})" for k, v in a["costs"].items()),
