@@ -20,10 +20,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, text
 
 from service.db import alembic_config
-from testkit.service import REGISTER, Service
+from testkit.service import Service
 from testkit.waiting import eventually
 from tests.helpers import register, report, stage_body, submit_wheel
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 - fixtures
+from tests.racer import race_runner
 
 StartService = Callable[..., Service]
 
@@ -234,36 +235,6 @@ def test_concurrent_migrations_on_postgres(postgres_url: str) -> None:  # noqa: 
 # ----------------------------------------------------------------- 8 runner processes racing
 
 
-def race_runner(url: str, name: str, start: Any, out: str) -> None:
-    """One runner process: register, wait for the others, then claim and run until empty."""
-    reg = httpx.post(
-        f"{url}/api/runners/register",
-        json={"name": name, "labels": {"builder": "1"}},
-        headers={"Authorization": f"Bearer {REGISTER}"},
-        timeout=30,
-    )
-    reg.raise_for_status()
-    claimed: list[int] = []
-    headers = {"Authorization": f"Bearer {reg.json()['token']}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
-        start.wait(timeout=120)
-        for _ in range(RACE_JOBS + 1):  # bounded: never more claims than there are jobs
-            resp = http.post("/api/jobs/claim", json={})
-            if resp.status_code == 204:
-                break
-            resp.raise_for_status()
-            lease = resp.json()
-            claimed.append(lease["job_id"])
-            token = lease["lease_token"]
-            http.post(
-                f"/api/jobs/{lease['job_id']}/stages", json=stage_body(token, "build")
-            ).raise_for_status()
-            http.post(
-                f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": token}
-            ).raise_for_status()
-    Path(out).write_text(json.dumps(claimed))
-
-
 @pytest.mark.timeout(300)
 def test_eight_runner_processes_race_for_100_jobs_and_each_runs_once(
     start: StartService, engine: Engine, tmp_path: Path
@@ -280,7 +251,8 @@ def test_eight_runner_processes_race_for_100_jobs_and_each_runs_once(
     procs = []
     for i in range(RACERS):
         out = tmp_path / f"racer-{i}.json"
-        args = (services[i % 2].url, f"racer-{i}", go, str(out))
+        # bounded: never more claims than there are jobs
+        args = (services[i % 2].url, f"racer-{i}", go, str(out), RACE_JOBS + 1)
         procs.append((ctx.Process(target=race_runner, args=args), out))
     for proc, _ in procs:
         proc.start()
