@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from testkit.service import ADMIN, REGISTER, SUBMIT, Service, service_env
 from testkit.wheels import make_wheel
 
-EXAMPLES = 60  # per operation: 17 operations, the whole module well under two minutes
+EXAMPLES = 30  # per operation (17), derandomized: the same cases every run, in about half a minute
 RUNNER_OWN = ("/api/runners/resume", "/api/runners/offline")  # a runner's own token opens these
 
 
