@@ -1,0 +1,113 @@
+"""Where the whole machine's CPU went during a test run, by kind of process: BSD process
+accounting, which also sees what the per-test accounting cannot (candidates in their sandboxes,
+processes that outlived the test that started them, ruff and mypy).
+
+    touch /tmp/pacct && accton /tmp/pacct
+    FE_CI_CPU_ACCOUNTING_DIR=/tmp/suite-cpu ./scripts/test -p testkit.cpu_accounting
+    accton off
+    .venv/bin/python bench/suite_pacct.py /tmp/pacct /tmp/suite-cpu
+
+The accounting file holds one record per ended process (Linux's acct v3: pid, parent pid, name,
+CPU); the pytest workers are the pids the per-test accounting named its files after
+(``rows-<pid>.json``). A process's kind comes from its name and its ancestors' names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+_RECORD = struct.Struct("<BBHIIIIIIf8H16s")  # struct acct_v3
+_HZ = os.sysconf("SC_CLK_TCK")
+UV = {"uv", "uv-compile", "uv-cache-read", "tokio-rt-worker", "main2"}
+BROWSER = {"node-MainThread", "ThreadPoolForeg", "HangWatcher", "SignalInspector"}
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    name: str
+    cpu_s: float
+
+
+def _comp(v: int) -> int:
+    """comp_t: 13-bit mantissa, 3-bit base-8 exponent."""
+    return (v & 0x1FFF) << (3 * ((v >> 13) & 7))
+
+
+def read(path: Path) -> list[Proc]:
+    data = path.read_bytes()
+    out = []
+    for off in range(0, len(data) - _RECORD.size + 1, _RECORD.size):
+        f = _RECORD.unpack_from(data, off)
+        if f[1] != 3:
+            raise SystemExit(f"{path}: not an acct v3 file (version {f[1]})")
+        name = f[18].split(b"\0")[0].decode(errors="replace")
+        out.append(Proc(pid=f[6], ppid=f[7], name=name, cpu_s=(_comp(f[10]) + _comp(f[11])) / _HZ))
+    return out
+
+
+def kind(p: Proc, ancestors: list[str], worker_child: bool) -> str:
+    name = p.name.rstrip("*")
+    if name.startswith("kworker") or p.ppid == 2:
+        return "kernel threads"
+    if name in ("mypy", "ruff"):
+        return name
+    if "bwrap" in ancestors or name == "bwrap":
+        if name.startswith("python") and not (UV & set(ancestors)):
+            return "sandboxed candidate python (stages, zygotes)"
+        if name in UV or UV & set(ancestors):
+            return "uv in a sandbox (layers, candidate installs)"
+        return "sandboxed, other"
+    if name in UV:
+        return "uv outside a sandbox"
+    if name.startswith("chromium") or BROWSER & {name, *ancestors} or "chromium" in ancestors:
+        return "chromium / playwright"
+    if name.startswith(("postgres", "initdb", "pg_ctl")) or "postgres" in ancestors:
+        return "postgres"
+    if name == "git" or "git" in ancestors:
+        return "git"
+    if name.startswith("python") and worker_child:
+        return "python started by a test (services, runners, CLI)"
+    if name.startswith("python") and ancestors and ancestors[0].startswith("python"):
+        return "python started by those (runner/service subprocesses)"
+    if name == "bash" or "bash" in ancestors:
+        return "shell scripts (setup, quickstart, containers)"
+    return "other"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pacct", type=Path)
+    ap.add_argument("rows_dir", type=Path, help="the per-test accounting's dir (rows-<pid>.json)")
+    args = ap.parse_args()
+    procs = read(args.pacct)
+    workers = {int(f.stem.split("-")[1]) for f in args.rows_dir.glob("rows-*.json")}
+    by_pid = {p.pid: p for p in procs}
+    table: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for p in procs:
+        names: list[str] = []
+        parent = by_pid.get(p.ppid)
+        while parent is not None and len(names) < 40 and parent.pid not in workers:
+            names.append(parent.name.rstrip("*"))
+            parent = by_pid.get(parent.ppid)
+        if p.pid in workers:
+            k = "pytest workers (the tests themselves)"
+        else:
+            k = kind(p, names, worker_child=p.ppid in workers)
+        table[k][0] += 1
+        table[k][1] += p.cpu_s
+    total = sum(v[1] for v in table.values())
+    print(f"{'kind of process':54s} {'count':>6s} {'CPU s':>7s} {'share':>6s}")
+    for k, (n, cpu) in sorted(table.items(), key=lambda kv: -kv[1][1]):
+        print(f"{k:54s} {n:6.0f} {cpu:7.0f} {cpu / total:6.1%}")
+    print(f"{'all processes that ended':54s} {len(procs):6d} {total:7.0f}")
+
+
+if __name__ == "__main__":
+    main()
