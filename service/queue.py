@@ -184,6 +184,7 @@ def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) ->
     """A lease that never reached its runner (the claim's client was gone): the same attempt is
     queued again, as if never taken."""
     with sessions() as session:
+        hold_writes(session)
         job = session.get(Job, job_id, with_for_update=True)
         if job is None or job.state != JobState.leased:
             return
@@ -199,10 +200,25 @@ def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) ->
         session.commit()
 
 
+def hold_writes(session: Session) -> None:
+    """SQLite: take the database's write lock before reading what will be written back, so no
+    other writer changes it between the read and the write (Postgres locks the selected rows
+    instead, ``_skip_locked``). Without it, a sweep that read an expired lease could write its
+    requeue over the claim that another request's sweep and claim had committed meanwhile."""
+    if not locks_rows(session):
+        session.execute(
+            update(Job)
+            .where(Job.id == -1)
+            .values(state=Job.state)
+            .execution_options(synchronize_session=False)
+        )
+
+
 def sweep(session: Session, now: datetime | None = None) -> int:
     """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
     now = now or utcnow()
     changed = 0
+    hold_writes(session)
     expired = session.scalars(
         _skip_locked(
             session, select(Job).where(Job.state == JobState.leased, Job.lease_expires_at < now)
