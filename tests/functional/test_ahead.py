@@ -92,12 +92,10 @@ def test_a_warm_cache_or_a_subject_without_cached_kernels_starts_nothing(tmp_pat
 def test_a_process_still_compiling_at_the_end_is_killed_and_says_nothing(tmp_path: Path) -> None:
     early = ahead.start([("cached", CachedKernels(tmp_path, sleep_s=60))], str(tmp_path), "cpu")
     pids = [c.pid for c in early.children]
-    t0 = time.monotonic()
     timings = early.finish()
-    assert time.monotonic() - t0 < 30  # killed, not waited for
     assert timings == {"cached": {"ahead_on_s": None}}
     assert all(_gone(p) for p in pids)
-    assert not list((tmp_path / "kern").glob("*.o"))
+    assert not list((tmp_path / "kern").glob("*.o"))  # killed mid-sleep: waited for, it would write
 
 
 def test_a_process_that_fails_says_why_and_reports_no_time(tmp_path: Path) -> None:
