@@ -6,15 +6,22 @@ processes that outlived the test that started them, ruff and mypy).
     FE_CI_CPU_ACCOUNTING_DIR=/tmp/suite-cpu ./scripts/test -p testkit.cpu_accounting
     accton off
     .venv/bin/python bench/suite_pacct.py /tmp/pacct /tmp/suite-cpu
+    .venv/bin/python bench/suite_pacct.py /tmp/pacct /tmp/suite-cpu --by-module 25
 
 The accounting file holds one record per ended process (Linux's acct v3: pid, parent pid, name,
 CPU); the pytest workers are the pids the per-test accounting named its files after
 (``rows-<pid>.json``). A process's kind comes from its name and its ancestors' names.
+``--by-module`` charges every process a worker started, waited for or not, to the test module
+that was running on that worker when the process's outermost ancestor below the worker started
+(accounting's start times are whole seconds: a process started in the second two modules share
+goes to the later one).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
 import os
 import struct
 from collections import defaultdict
@@ -33,6 +40,7 @@ class Proc:
     ppid: int
     name: str
     cpu_s: float
+    began: int  # epoch seconds
 
 
 def _comp(v: int) -> int:
@@ -48,7 +56,8 @@ def read(path: Path) -> list[Proc]:
         if f[1] != 3:
             raise SystemExit(f"{path}: not an acct v3 file (version {f[1]})")
         name = f[18].split(b"\0")[0].decode(errors="replace")
-        out.append(Proc(pid=f[6], ppid=f[7], name=name, cpu_s=(_comp(f[10]) + _comp(f[11])) / _HZ))
+        cpu_s = (_comp(f[10]) + _comp(f[11])) / _HZ
+        out.append(Proc(pid=f[6], ppid=f[7], name=name, cpu_s=cpu_s, began=f[8]))
     return out
 
 
@@ -85,10 +94,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pacct", type=Path)
     ap.add_argument("rows_dir", type=Path, help="the per-test accounting's dir (rows-<pid>.json)")
+    ap.add_argument("--by-module", type=int, metavar="N", help="the N modules with the most CPU")
     args = ap.parse_args()
     procs = read(args.pacct)
     workers = {int(f.stem.split("-")[1]) for f in args.rows_dir.glob("rows-*.json")}
     by_pid = {p.pid: p for p in procs}
+    if args.by_module:
+        by_module(procs, by_pid, args.rows_dir, args.by_module)
+        return
     table: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for p in procs:
         names: list[str] = []
@@ -107,6 +120,42 @@ def main() -> None:
     for k, (n, cpu) in sorted(table.items(), key=lambda kv: -kv[1][1]):
         print(f"{k:54s} {n:6.0f} {cpu:7.0f} {cpu / total:6.1%}")
     print(f"{'all processes that ended':54s} {len(procs):6d} {total:7.0f}")
+
+
+def by_module(procs: list[Proc], by_pid: dict[int, Proc], rows_dir: Path, top: int) -> None:
+    """Each worker's descendants charged to the module running when their line began."""
+    starts: dict[int, list[tuple[float, str]]] = {}
+    for f in rows_dir.glob("rows-*.json"):
+        rows = json.loads(f.read_text())
+        if rows and "began" not in rows[0]:
+            raise SystemExit(f"{f}: no start times (an older testkit.cpu_accounting)")
+        starts[int(f.stem.split("-")[1])] = sorted(
+            (r["began"], r["test"].split("::")[0]) for r in rows
+        )
+    cpu: dict[str, float] = defaultdict(float)
+    kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for p in procs:
+        line, parent = p, by_pid.get(p.ppid)
+        while parent is not None and parent.pid not in starts:
+            line, parent = parent, by_pid.get(parent.ppid)
+        if parent is None or p.pid in starts:
+            continue
+        tests = starts[parent.pid]
+        i = bisect.bisect_right(tests, (line.began + 1.0, "")) - 1
+        module = tests[max(i, 0)][1]
+        names: list[str] = []
+        up = by_pid.get(p.ppid)
+        while up is not None and up.pid not in starts and len(names) < 40:
+            names.append(up.name.rstrip("*"))
+            up = by_pid.get(up.ppid)
+        cpu[module] += p.cpu_s
+        kinds[module][kind(p, names, worker_child=p.ppid == parent.pid)] += p.cpu_s
+    total = sum(cpu.values())
+    print(f"processes the workers started: {total:.0f} s of CPU")
+    for module, s in sorted(cpu.items(), key=lambda kv: -kv[1])[:top]:
+        parts = sorted(kinds[module].items(), key=lambda kv: -kv[1])[:3]
+        print(f"{s:7.1f} s  {module}")
+        print("           " + "; ".join(f"{k.split(' (')[0]} {v:.0f}" for k, v in parts))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,14 @@ def _cpu_s() -> tuple[float, float]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     own, kids = _cpu_s()
-    start = time.monotonic()
+    start, began = time.monotonic(), time.time()
     yield
     own_after, kids_after = _cpu_s()
     _rows.append(
         {
             "test": item.nodeid,
             "wall_s": round(time.monotonic() - start, 3),
+            "began": round(began, 3),  # the epoch, to match process accounting's start times
             "cpu_self_s": round(own_after - own, 3),
             "cpu_children_s": round(kids_after - kids, 3),
         }
