@@ -46,6 +46,10 @@ class RunnerSettings(BaseSettings):
     # the dependency layers (runner/layers.py); default ``cache_dir/layers``. Runners of one host
     # with cache dirs of their own may point here at one place and build each layer once.
     layers_dir: Path | None = None
+    # the compile cache that survives builds (runner/compile_cache.py); default
+    # ``cache_dir/compile-cache``. Runners of one host may share one: an entry is published once,
+    # by a link that never replaces another runner's.
+    compile_cache_dir: Path | None = None
     data_dir: Path = Path("./data")
     stage_timeout_s: float = Field(default=1800.0, gt=0)
     # how candidate code is isolated (``runner/jail.py``): ``auto`` takes the first this host
@@ -83,13 +87,17 @@ class RunnerSettings(BaseSettings):
     def layers_path(self) -> Path:
         return Path(self.layers_dir or Path(self.cache_dir) / "layers")
 
+    def compile_cache_path(self) -> Path:
+        return Path(self.compile_cache_dir or Path(self.cache_dir) / "compile-cache")
+
     def private_dirs(self) -> tuple[Path, ...]:
         """What no candidate sees: the local service's data directory (its database, its tokens
-        file), the runner's cache and its layers (each job, warm parent and compile-cache stage
-        is shown its own part again: its job directory, its one layer)."""
+        file), the runner's cache, its layers and its compile cache (each job, warm parent and
+        compile-cache stage is shown its own part again: its job directory, its one layer, its
+        stage's linked entries)."""
         dirs = (Path(self.data_dir).resolve(), Path(self.cache_dir).resolve())
-        layers = self.layers_path().resolve()
-        return dirs if layers.is_relative_to(dirs[1]) else (*dirs, layers)
+        apart = [self.layers_path().resolve(), self.compile_cache_path().resolve()]
+        return (*dirs, *(d for d in apart if not d.is_relative_to(dirs[1])))
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value this runner holds (``runner/redact.py``)."""

@@ -66,7 +66,8 @@ class Options:
         """What the runner's settings decide, for the agent, ``fe-ci validate`` and ``fe-ci bisect``
         alike; ``run`` holds what this one run decides (its family, GPU, previous report, ...).
         Everything of the runner's cache dir (``FE_CI_CACHE_DIR``) lives under it, the dependency
-        layers too unless ``FE_CI_LAYERS_DIR`` puts them elsewhere."""
+        layers and the compile cache too unless ``FE_CI_LAYERS_DIR`` and ``FE_CI_COMPILE_CACHE_DIR``
+        put them elsewhere."""
         return cls(
             stages=stages,
             work_dir=work_dir,
@@ -78,7 +79,7 @@ class Options:
             max_repeats=s.max_repeats,
             luck_target=s.luck_target,
             control_share=s.control_share,
-            compile_cache_dir=Path(s.cache_dir) / "compile-cache",
+            compile_cache_dir=s.compile_cache_path(),
             layers_dir=s.layers_path(),
             uids=s.uid_range(),
             private=s.private_dirs(),

@@ -30,16 +30,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# The dependency layers (runner/layers.py) that every runner of one test session shares: the
-# session sets it (tests/conftest.py) for all its workers, so a layer is built once per session
-# instead of once per runner cache. Unset (the benchmarks), each runner builds its own.
+# What every runner of one test session shares, as runners of one host may: the dependency layers
+# (runner/layers.py) and the compile cache (runner/compile_cache.py). The session sets them
+# (tests/conftest.py) for all its workers, so a layer is built, and a candidate's sm_100a kernels
+# compiled, once per session instead of once per runner cache. Unset (the benchmarks), each runner
+# keeps its own. Tests about the compile cache itself give theirs.
 SESSION_LAYERS = "FE_CI_TEST_LAYERS_DIR"
+SESSION_KERNELS = "FE_CI_TEST_COMPILE_CACHE_DIR"
+_SHARED = {SESSION_LAYERS: "FE_CI_LAYERS_DIR", SESSION_KERNELS: "FE_CI_COMPILE_CACHE_DIR"}
 
 
-def session_layers() -> dict[str, str]:
-    """``{"FE_CI_LAYERS_DIR": ...}`` for a runner's environment within a test session, else {}."""
-    where = os.environ.get(SESSION_LAYERS)
-    return {"FE_CI_LAYERS_DIR": where} if where else {}
+def session_caches() -> dict[str, str]:
+    """``FE_CI_LAYERS_DIR`` and ``FE_CI_COMPILE_CACHE_DIR`` for a runner's environment within a
+    test session; {} outside one."""
+    return {setting: os.environ[ours] for ours, setting in _SHARED.items() if os.environ.get(ours)}
 
 
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -57,7 +61,7 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
             "FE_CI_CACHE_DIR": str(data_dir.parent / "runner-cache"),
             "FE_CI_RUNNER_LABELS": "",
             "PYTHONPATH": str(ROOT),
-            **session_layers(),
+            **session_caches(),
         }
     )
     env.update(extra)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from testkit.service import ROOT, SESSION_LAYERS, Service, service_env
+from testkit.service import ROOT, SESSION_KERNELS, SESSION_LAYERS, Service, service_env
 from tests.bisecting import runner_env
 from tests.helpers import CHROMIUM, UploadServer, chromium
 
@@ -28,24 +28,30 @@ StartService = Callable[..., Service]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One directory of dependency layers for the whole session, made by the process that starts
-    the workers (they inherit it): the 1.32.0 layer, about 20 s of CPU to build, is built once
-    instead of once per runner a test starts. ``FE_CI_TEST_LAYERS_DIR`` set beforehand is used
-    as it is, and kept."""
-    if hasattr(config, "workerinput") or os.environ.get(SESSION_LAYERS):
+    """One directory of dependency layers and one compile cache for the whole session, made by
+    the process that starts the workers (they inherit them): the 1.32.0 layer, about 20 s of CPU
+    to build, is built once instead of once per runner a test starts, and a registry wheel's
+    sm_100a kernels (about 18 s of CPU on a CPU host) are compiled once instead of once per runner
+    cache or ``fe-ci validate`` run. ``FE_CI_TEST_LAYERS_DIR`` or
+    ``FE_CI_TEST_COMPILE_CACHE_DIR`` set beforehand is used as it is, and kept."""
+    if hasattr(config, "workerinput"):
         return
-    made = tempfile.mkdtemp(prefix="fe-ci-test-layers-")
-    os.environ[SESSION_LAYERS] = made
-    config.add_cleanup(lambda: _remove_layers(Path(made)))
+    for name, prefix in ((SESSION_LAYERS, "layers"), (SESSION_KERNELS, "compile-cache")):
+        if os.environ.get(name):
+            continue
+        made = tempfile.mkdtemp(prefix=f"fe-ci-test-{prefix}-")
+        os.environ[name] = made
+        config.add_cleanup(lambda name=name, made=made: _remove_shared(name, Path(made)))
 
 
-def _remove_layers(path: Path) -> None:
-    """A layer's write bits are stripped (jobs only read it): give them back to remove it."""
-    os.environ.pop(SESSION_LAYERS, None)
+def _remove_shared(name: str, path: Path) -> None:
+    """Layers and published kernels are read-only (jobs only read them): give the write bits
+    back to remove them."""
+    os.environ.pop(name, None)
     for root, dirs, _ in os.walk(path):
-        for name in dirs:
+        for sub in dirs:
             with contextlib.suppress(OSError):
-                os.chmod(Path(root, name), 0o700)
+                os.chmod(Path(root, sub), 0o700)
     shutil.rmtree(path, ignore_errors=True)
 
 

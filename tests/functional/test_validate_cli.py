@@ -23,7 +23,7 @@ from core.wire import (
     Verdict,
 )
 from testkit.registry import candidate_env, registry_wheel
-from testkit.service import ROOT, session_layers
+from testkit.service import ROOT, session_caches
 from testkit.wheels import BROKEN, NO_LIBCUDNN, make_wheel
 
 
@@ -36,7 +36,7 @@ def fe_ci(
             "PYTHONPATH": str(ROOT),
             "FE_CI_RUNNER_LABELS": "",
             "FE_CI_CACHE_DIR": str(cwd / "cache"),
-            **session_layers(),
+            **session_caches(),
         }
     )
     env.update(extra_env)

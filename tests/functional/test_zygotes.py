@@ -20,7 +20,7 @@ import pytest
 from core.wire import Stage, Status
 from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
 from testkit.registry import registry_wheel
-from testkit.service import session_layers
+from testkit.service import session_caches
 from tests.helpers import alive, processes_with, wait_gone
 
 pytestmark = pytest.mark.slow  # builds a real dependency layer
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # builds a real dependency layer
 def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     """The 1.32.0 layer, from the session's shared layers where there are (built once)."""
     meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
-    shared = session_layers().get("FE_CI_LAYERS_DIR")
+    shared = session_caches().get("FE_CI_LAYERS_DIR")
     where = Path(shared) if shared else tmp_path_factory.mktemp("layers")
     built = warm_install.ensure_layer(meta, layers_dir=where, timeout_s=900)
     assert built is not None

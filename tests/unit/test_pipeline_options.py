@@ -67,6 +67,23 @@ def test_layers_dir_puts_the_layers_outside_the_cache_and_hides_them_from_candid
     assert RunnerSettings().private_dirs() == (tmp_path / "data", tmp_path / "cache")
 
 
+def test_compile_cache_dir_puts_the_kernels_outside_the_cache_and_hides_them_from_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runners of one host share the kernels they compiled through ``FE_CI_COMPILE_CACHE_DIR``;
+    no candidate sees the store itself (a stage is shown its key's entries, linked)."""
+    monkeypatch.setenv("FE_CI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FE_CI_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FE_CI_COMPILE_CACHE_DIR", str(tmp_path / "kernels"))
+    opts = pipeline_options.Options.from_settings(
+        RunnerSettings(), stages=[Stage.determinism], work_dir=tmp_path / "work"
+    )
+    assert opts.compile_cache_dir == tmp_path / "kernels"
+    assert opts.private == (tmp_path / "data", tmp_path / "cache", tmp_path / "kernels")
+    monkeypatch.setenv("FE_CI_COMPILE_CACHE_DIR", str(tmp_path / "cache" / "kernels"))
+    assert RunnerSettings().private_dirs() == (tmp_path / "data", tmp_path / "cache")
+
+
 def _calls(path: Path, callee: str) -> list[int]:
     """The lines of ``path`` that call ``callee(...)`` directly (``Options(...)``, not
     ``Options.from_settings``)."""
