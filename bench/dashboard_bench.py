@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
+from testkit import loopback
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.db import make_engine, migrate
@@ -164,7 +166,7 @@ def main() -> None:
             print(f"\n{args.requests} sequential requests each, after 5 warm-up requests\n")
             print("| page | median ms | p95 ms | max ms | handler median / p95 ms | bytes |")
             print("|---|---:|---:|---:|---:|---:|")
-            with httpx.Client(base_url=svc.url, timeout=30) as client:
+            with loopback.client(base_url=svc.url, timeout=30) as client:
                 for path in paths:
                     print(measure(client, path, args.requests), flush=True)
         finally:

@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from testkit import loopback
+
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = "bench-submit-token"
 REGISTER = "bench-runner-token"
@@ -74,7 +76,7 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
         if proc.poll() is not None:
             raise SystemExit(f"the service exited:\n{log.read_text()[-4000:]}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if loopback.get(f"{url}/healthz", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -265,7 +267,7 @@ def stack(
             ),
             runner_log,
         )
-        with httpx.Client(base_url=url, timeout=120) as http:
+        with loopback.client(base_url=url, timeout=120) as http:
             yield http
     finally:
         for proc in (runner, service):

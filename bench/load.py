@@ -30,6 +30,8 @@ from typing import Any
 
 import httpx
 
+from testkit import loopback
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testkit.service import SUBMIT, Service, service_env
@@ -138,7 +140,7 @@ def run_load(
             stop_sampling.wait(sample_s)
 
     def uploader() -> None:
-        with httpx.Client(base_url=svc.url, headers=auth, timeout=600) as http:
+        with loopback.client(base_url=svc.url, headers=auth, timeout=600) as http:
             while time.monotonic() < deadline:
                 start = time.monotonic()
                 try:
@@ -158,7 +160,7 @@ def run_load(
 
     def reader(seed: int) -> None:
         rnd = random.Random(seed)
-        with httpx.Client(base_url=svc.url, timeout=60) as http:
+        with loopback.client(base_url=svc.url, timeout=60) as http:
             while time.monotonic() < deadline:
                 with lock:
                     known = build_ids[-50:]

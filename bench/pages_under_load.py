@@ -46,6 +46,8 @@ from typing import Any
 
 import httpx
 
+from testkit import loopback
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.dashboard_bench import seed_database
@@ -78,7 +80,7 @@ def read_pages(
     def reader(seed: int) -> None:
         rnd = random.Random(seed)
         due = time.monotonic() + every_s * seed / readers  # the readers spread over a period
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with loopback.client(base_url=url, timeout=60) as http:
             while (now := time.monotonic()) < deadline:
                 time.sleep(max(0.0, due - now))
                 due = max(due + every_s, time.monotonic())
@@ -116,7 +118,7 @@ def upload_loop(url: str, wheel: Path, uploads: int, until: float, out: Queue[An
 
     def uploader() -> None:
         auth = {"Authorization": f"Bearer {SUBMIT}"}
-        with httpx.Client(base_url=url, headers=auth, timeout=600) as http:
+        with loopback.client(base_url=url, headers=auth, timeout=600) as http:
             while time.time() < until:
                 start = time.perf_counter()
                 try:

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from testkit import loopback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -89,7 +89,7 @@ class Bench:
         self.builds += 1
         wheel = make_wheel(self.root / f"w{self.builds}", f"9.8.{self.builds}", "VALUE = 1\n")
         headers = {"Authorization": f"Bearer {SUBMIT}"}
-        with httpx.Client(base_url=self.svc.url, timeout=60) as http:
+        with loopback.client(base_url=self.svc.url, timeout=60) as http:
             t0 = time.monotonic()
             with wheel.open("rb") as fh:
                 resp = http.post("/validate", files={"wheel": (wheel.name, fh)}, headers=headers)

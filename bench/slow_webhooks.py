@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from testkit import loopback
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import quantiles
@@ -84,7 +86,7 @@ def run_variant(signature: str, args: argparse.Namespace, root: Path) -> dict[st
         while not stop.wait(0.25):
             start = time.perf_counter()
             try:
-                health[str(httpx.get(f"{svc.url}/healthz", timeout=10).status_code)] += 1
+                health[str(loopback.get(f"{svc.url}/healthz", timeout=10).status_code)] += 1
                 health_s.append(time.perf_counter() - start)
             except httpx.HTTPError as exc:
                 health[type(exc).__name__] += 1

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from testkit import loopback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,7 +55,7 @@ class Sampler:
 def post(svc: Service, wheel: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     with wheel.open("rb") as fh:
-        resp = httpx.post(
+        resp = loopback.post(
             f"{svc.url}/validate",
             files={"wheel": (wheel.name, fh)},
             headers={"Authorization": f"Bearer {SUBMIT}"},

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from testkit import loopback
 from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +115,7 @@ class Service:
         def healthy() -> bool:
             if proc.poll() is not None:
                 raise _Exited
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            return loopback.get(f"{self.url}/healthz", timeout=1).status_code == 200
 
         try:
             eventually(healthy, timeout=timeout_s, ignoring=(httpx.TransportError,),
@@ -141,7 +142,7 @@ class Service:
 
     def http(self, token: str | None = SUBMIT) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        return loopback.client(base_url=self.url, headers=headers, timeout=60)
 
     def db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.data_dir / "fe-ci.sqlite3")

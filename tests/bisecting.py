@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from testkit import loopback
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
 from tests.helpers import push, send, wait_for
@@ -32,7 +31,9 @@ def ended(report: dict[str, Any]) -> bool:
 def bisection_of(svc: Service, build_id: int, timeout: float = 60) -> dict[str, Any]:
     """The bisection the red build ``build_id`` opened, once there is one."""
     items = eventually(
-        lambda: httpx.get(f"{svc.url}/api/bisections", params={"build": build_id}).json()["items"],
+        lambda: loopback.get(f"{svc.url}/api/bisections", params={"build": build_id}).json()[
+            "items"
+        ],
         timeout=timeout,
         interval=0.5,
         message=f"a bisection of build {build_id}",
@@ -42,7 +43,7 @@ def bisection_of(svc: Service, build_id: int, timeout: float = 60) -> dict[str, 
 
 def wait_bisection(svc: Service, bisection_id: int, timeout: float = 600) -> dict[str, Any]:
     return eventually(
-        lambda: httpx.get(f"{svc.url}/api/bisections/{bisection_id}").json(),
+        lambda: loopback.get(f"{svc.url}/api/bisections/{bisection_id}").json(),
         until=lambda b: b["state"] not in ("opening", "running"),
         timeout=timeout,
         interval=0.5,

@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 
 from service import uploads, wheelcheck
 from service.errors import ApiError
-from testkit import wheels
+from testkit import loopback, wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
@@ -40,7 +40,7 @@ Report = dict[str, Any]
 
 def register(svc: Service, name: str, **labels: str) -> httpx.Client:
     """A registered runner's client, holding its own token."""
-    resp = httpx.post(
+    resp = loopback.post(
         f"{svc.url}/api/runners/register",
         json={"name": name, "labels": labels},
         headers={"Authorization": f"Bearer {REGISTER}"},
@@ -64,7 +64,7 @@ def unfold(page: Any) -> None:
 
 
 def report(svc: Service, build_id: int) -> Report:
-    return httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    return loopback.get(f"{svc.url}/api/builds/{build_id}").json()
 
 
 def stage_body(token: str, name: str = "probe", status: str = "pass") -> dict:
@@ -183,7 +183,7 @@ def send(
         headers["X-Hub-Signature-256"] = (
             "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
         )
-    return httpx.post(f"{svc.url}/api/webhooks/github", content=body, headers=headers)
+    return loopback.post(f"{svc.url}/api/webhooks/github", content=body, headers=headers)
 
 
 # Debian's Chromium: playwright cannot download its own browsers here.
@@ -292,7 +292,7 @@ def post(
     server: UploadServer, content: bytes, filename: str = WHEEL_NAME, **params: int
 ) -> httpx.Response:
     files = {"wheel": (filename, content, "application/octet-stream")}
-    return httpx.post(server.url, files=files, params=params, timeout=60)
+    return loopback.post(server.url, files=files, params=params, timeout=60)
 
 
 def assert_refused(

@@ -12,15 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from testkit import loopback
 from testkit.service import REGISTER
 
 
 def race_runner(url: str, name: str, start: Any, out: str, most: int) -> None:
     """Register, wait for the others at ``start``, then claim and run until the queue is empty
     (at most ``most`` claims): the job ids it ran, written to ``out``."""
-    reg = httpx.post(
+    reg = loopback.post(
         f"{url}/api/runners/register",
         json={"name": name, "labels": {"builder": "1"}},
         headers={"Authorization": f"Bearer {REGISTER}"},
@@ -29,7 +28,7 @@ def race_runner(url: str, name: str, start: Any, out: str, most: int) -> None:
     reg.raise_for_status()
     claimed: list[int] = []
     headers = {"Authorization": f"Bearer {reg.json()['token']}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+    with loopback.client(base_url=url, headers=headers, timeout=60) as http:
         start.wait(timeout=120)
         for _ in range(most):
             resp = http.post("/api/jobs/claim", json={})

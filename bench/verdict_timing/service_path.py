@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from bench.dashboard_bench import start_service
+from testkit import loopback
 from testkit.service import SUBMIT as SUBMIT_TOKEN
 from testkit.service import Service, service_env
 
@@ -93,7 +94,7 @@ def through_service(wheel: Path, tmp: Path, cold: int, warm: int) -> dict[str, l
     svc = start_service(data)
     out: dict[str, list[dict]] = {"cold": [], "warm": []}
     try:
-        with httpx.Client(base_url=svc.url, timeout=600) as http:
+        with loopback.client(base_url=svc.url, timeout=600) as http:
             for rep in range(cold):
                 cache = tmp / f"runner-cache-{rep}"
                 runner = start_runner(svc, cache, tmp / "runner.log", "b1")
@@ -124,7 +125,7 @@ def queue_latency(wheel: Path, tmp: Path, n: int, idle_s: float) -> dict[str, ob
     runner = start_runner(svc, tmp / "lat-cache", tmp / "lat-runner.log", "lat1")
     lat: list[float] = []
     try:
-        with httpx.Client(base_url=svc.url, timeout=600) as http:
+        with loopback.client(base_url=svc.url, timeout=600) as http:
             time.sleep(3)
             build_id, _, _ = submit(http, wheel)  # builds the layer: later jobs are short
             wait_finished(http, build_id)

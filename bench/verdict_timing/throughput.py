@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from bench.dashboard_bench import seed_database, start_service
+from testkit import loopback
 from testkit.service import free_port
 
 
@@ -19,7 +20,7 @@ def wait_until_up(url: str, tries: int = 300) -> None:
     """Until ``url`` answers at all (a server just started), 0.1 s apart."""
     for _ in range(tries):
         try:
-            httpx.get(url)
+            loopback.get(url)
             return
         except httpx.TransportError:
             time.sleep(0.1)
@@ -38,7 +39,7 @@ def ping() -> dict[str, bool]:
 def _hammer(args: tuple[str, str, float, bool]) -> int:
     base, path, seconds, revalidate = args
     n = 0
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with loopback.client(base_url=base, timeout=30) as client:
         for _ in range(5):
             etag = client.get(path).headers.get("etag")
         headers = {"If-None-Match": etag} if revalidate and etag else {}

@@ -17,9 +17,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import ROOT, service_env
 
 TOY = Path(__file__).resolve().parents[1] / "toy_subject"
@@ -95,7 +95,7 @@ def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
 
     # shown: the dashboard's grid has a column for it
     service = make_service(FE_CI_EXTRA_SUBJECTS=str(extension))  # type: ignore[operator]
-    page = httpx.get(f"{service.url}/", timeout=30).text
+    page = loopback.get(f"{service.url}/", timeout=30).text
     assert 'title="toy_sum_bwd"' in page
 
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from service import body_limits, wheelcheck
+from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_directory_bomb
@@ -136,7 +137,7 @@ def test_a_client_that_never_finishes_its_request_head_is_disconnected(make_serv
             break
     trickle.close()
     assert closed, "a trickled request head kept its connection for 20 s"
-    assert httpx.get(f"{svc.url}/healthz").status_code == 200  # prompt clients are unaffected
+    assert loopback.get(f"{svc.url}/healthz").status_code == 200  # prompt clients are unaffected
 
 
 def test_a_body_that_stops_arriving_is_a_408_and_leaves_nothing(make_service) -> None:  # type: ignore[no-untyped-def]
@@ -160,7 +161,7 @@ def trickle(svc: Service, start: bytes, limit_s: float = 60.0) -> tuple[bytes, l
         readable, _, _ = select.select([sock], [], [], 0.25)
         if readable:
             break
-        health.append(httpx.get(f"{svc.url}/healthz", timeout=30).status_code)
+        health.append(loopback.get(f"{svc.url}/healthz", timeout=30).status_code)
         try:
             sock.sendall(b"0" * 8)
         except OSError:
@@ -216,8 +217,8 @@ def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_
     assert error["code"] == "too_many_uploads" and error["detail"] == {"max_uploads": 2}
     assert refused.headers["retry-after"] == "5"
     # throttled uploads leave the health check and the dashboard answering
-    assert httpx.get(f"{svc.url}/healthz").status_code == 200
-    assert httpx.get(f"{svc.url}/").status_code == 200
+    assert loopback.get(f"{svc.url}/healthz").status_code == 200
+    assert loopback.get(f"{svc.url}/").status_code == 200
     for sock in held:
         sock.close()
     eventually(  # the slots come back when the held uploads end
@@ -280,7 +281,7 @@ def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Servic
         ("/api/runners/register", f"Content-Length: {8 << 20}\r\n"),
         ("/api/jobs/1/heartbeat", f"Content-Length: {body_limits.SMALL_BYTES + 1}\r\n"),
     ]
-    documented = httpx.get(f"{service.url}/openapi.json").json()["paths"]
+    documented = loopback.get(f"{service.url}/openapi.json").json()["paths"]
     for path, length in cases:
         status, body = answer_of(read_all(raw(service, runner_head(path, length), b"{")))
         assert status == 413, (path, body)
@@ -301,7 +302,7 @@ def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Servic
     assert status == 413 and body["error"]["code"] == "payload_too_large", body
     assert sent < 64
     assert service.count("runners") == 0 and service.count("stages") == 0
-    assert httpx.get(f"{service.url}/healthz").status_code == 200
+    assert loopback.get(f"{service.url}/healthz").status_code == 200
 
 
 # ---------------------------------------------------------------- HEAD and page headers
@@ -334,7 +335,7 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(
     """Was 405 on every GET route, /healthz included (load balancers use HEAD)."""
     wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
     assert post_wheel(service, wheel).status_code == 202
-    schema = httpx.get(f"{service.url}/openapi.json").json()
+    schema = loopback.get(f"{service.url}/openapi.json").json()
     gets = {
         p.replace("{build_id}", "1").replace("{job_id}", "1").replace("{bisection_id}", "1")
         for p, ops in schema["paths"].items()
@@ -342,14 +343,14 @@ def test_head_answers_like_get_without_a_body_on_every_get_route(
     }
     assert gets <= set(PAGES + OTHERS) | {"/builds/1/events"}, gets - set(PAGES + OTHERS)
     for path in PAGES + OTHERS:
-        get = httpx.get(f"{service.url}{path}")
-        head = httpx.head(f"{service.url}{path}")
+        get = loopback.get(f"{service.url}{path}")
+        head = loopback.head(f"{service.url}{path}")
         assert head.status_code == get.status_code, (path, head.status_code, get.status_code)
         assert head.headers.get("content-type") == get.headers.get("content-type"), path
         assert head.content == b"", path
-    head = httpx.head(f"{service.url}/builds/1/events", timeout=30)
+    head = loopback.head(f"{service.url}/builds/1/events", timeout=30)
     assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
-    assert httpx.head(f"{service.url}/healthz").status_code == 200
+    assert loopback.head(f"{service.url}/healthz").status_code == 200
 
 
 def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
@@ -358,12 +359,12 @@ def test_pages_carry_nosniff_deny_and_a_policy_and_the_dashboard_still_runs(
     wheel = make_directory_bomb(tmp_path, members=3, declared=6, record=True)
     build_id = post_wheel(service, wheel).json()["build_id"]
     for path in PAGES:
-        headers = httpx.get(f"{service.url}{path}").headers
+        headers = loopback.get(f"{service.url}{path}").headers
         assert headers["x-content-type-options"] == "nosniff", path
         assert headers["x-frame-options"] == "DENY", path
         assert "default-src 'self'" in headers["content-security-policy"], path
         assert "script-src 'self'" in headers["content-security-policy"], path
-    assert httpx.get(f"{service.url}/api/builds").headers["x-content-type-options"] == "nosniff"
+    assert loopback.get(f"{service.url}/api/builds").headers["x-content-type-options"] == "nosniff"
     if not CHROMIUM.exists():
         return  # the headers are checked; the browser half needs Debian's chromium
     with chromium() as browser:

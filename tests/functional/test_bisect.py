@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit import frontend_repo as fr
+from testkit import loopback
 from testkit.service import ROOT, Service
 from tests.bisecting import bisection_of, red_after_green, repo_dir, wait_bisection
 from tests.github_recorder import GitHubRecorder
@@ -62,15 +62,15 @@ def test_a_push_of_nine_commits_is_bisected_to_the_commit_that_dropped_the_knob(
         m == ("bad" if shas.index(c) >= 5 else "good") for c, m in marks.items()
     )
     for step in b["steps"]:  # only the deciding stage ran, and the build says whose step it is
-        report = httpx.get(f"{svc.url}/api/builds/{step['build_id']}").json()
+        report = loopback.get(f"{svc.url}/api/builds/{step['build_id']}").json()
         assert report["commit"] == step["commit"]
         assert [j["kind"] for j in report["jobs"]] == ["build", "cpu"]
         assert [s["name"] for s in report["jobs"][1]["stages"]] == ["install", "probe"]
         assert step["verdict"] in ("present", "absent")
-        page = httpx.get(f"{svc.url}/builds/{step['build_id']}").text
+        page = loopback.get(f"{svc.url}/builds/{step['build_id']}").text
         assert f'href="/bisections/{b["id"]}"' in page
     # the red build's page links to its bisection
-    assert f'href="/bisections/{b["id"]}"' in httpx.get(f"{svc.url}/builds/{bad}").text
+    assert f'href="/bisections/{b["id"]}"' in loopback.get(f"{svc.url}/builds/{bad}").text
     # GitHub heard of the two pushed commits and of no bisection step
     time.sleep(1)
     pushed = {shas[0], shas[-1]}

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit import frontend_repo as fr
+from testkit import loopback
 from testkit.service import SUBMIT, Service
 from testkit.waiting import eventually
 from tests.bisecting import bisection_of, red_after_green, repo_dir, run_once, wait_bisection
@@ -54,16 +54,16 @@ def test_cancel_ends_the_bisection_and_its_step_build(
     )
     assert b["state"] == "running" and len(b["steps"]) == 1
     url = f"{svc.url}/api/bisections/{b['id']}/cancel"
-    refused = httpx.post(url)
+    refused = loopback.post(url)
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
-    done = httpx.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
+    done = loopback.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
     assert done.status_code == 200 and done.json()["state"] == "cancelled"
-    step = httpx.get(f"{svc.url}/api/builds/{b['steps'][0]['build_id']}").json()
+    step = loopback.get(f"{svc.url}/api/builds/{b['steps'][0]['build_id']}").json()
     assert step["status"] == "cancelled"
     time.sleep(2)  # the driver's next pump queues nothing for a cancelled bisection
-    after = httpx.get(f"{svc.url}/api/bisections/{b['id']}").json()
+    after = loopback.get(f"{svc.url}/api/bisections/{b['id']}").json()
     assert after["state"] == "cancelled" and len(after["steps"]) == 1
-    again = httpx.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
+    again = loopback.post(url, headers={"Authorization": f"Bearer {SUBMIT}"})
     assert again.status_code == 409
 
 

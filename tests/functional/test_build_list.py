@@ -6,10 +6,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.db import make_engine
+from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.service import Service, service_env
 
@@ -40,7 +40,7 @@ def _api(svc: Service, params: dict[str, str]) -> list[int]:
     cursor = None
     while True:
         query = {**params, "limit": "7", **({"cursor": str(cursor)} if cursor else {})}
-        page = httpx.get(f"{svc.url}/api/builds", params=query, timeout=30).json()
+        page = loopback.get(f"{svc.url}/api/builds", params=query, timeout=30).json()
         ids += [item["id"] for item in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
@@ -52,7 +52,7 @@ def _grid(svc: Service, params: dict[str, str]) -> list[int]:
     url = f"{svc.url}/"
     query: dict[str, str] | None = {**params, "limit": "7"}
     while True:
-        html = httpx.get(url, params=query, timeout=30).text
+        html = loopback.get(url, params=query, timeout=30).text
         ids += [int(i) for i in re.findall(r'<tr id="build-(\d+)"', html)]
         older = re.search(r'<a rel="next" href="([^"]+)"', html)
         if older is None:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import ROOT, Service, service_env
 from testkit.wheels import make_wheel
 from tests.helpers import register, submit_wheel
@@ -127,7 +128,7 @@ def _shot(page: Any, name: str) -> None:
 
 def test_the_first_screen_holds_verdict_gate_cause_and_what_did_not_run(fleet, page) -> None:  # type: ignore[no-untyped-def]
     svc, green, red = fleet
-    report = httpx.get(f"{svc.url}/api/builds/{red}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{red}").json()
     assert report["verdict"] == "fail" and report["gate"]["conclusion"] == "failure"
     names = [c["name"] for c in report["causes"]]
     assert names == ["sdpa_bwd.deterministic", "version_feature_mismatch"]
@@ -160,7 +161,7 @@ def test_the_first_screen_holds_verdict_gate_cause_and_what_did_not_run(fleet, p
 
 def test_each_matrix_once_and_the_rest_folded(fleet, page) -> None:  # type: ignore[no-untyped-def]
     svc, green, _red = fleet
-    report = httpx.get(f"{svc.url}/api/builds/{green}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{green}").json()
     assert len(report["refusal"]) == 160  # both jobs decided all 80 rows
     page.goto(f"{svc.url}/builds/{green}")
     assert page.locator("table.refusal").count() == 1

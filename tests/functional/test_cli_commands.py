@@ -11,12 +11,12 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 
 from core.subjects import SUBJECTS
 from core.wire import Stage, StageResult, Status
 from runner.progress import DOING, StageProgress
+from testkit import loopback
 from testkit.service import ROOT, Service
 from testkit.wheels import make_wheel
 
@@ -83,12 +83,12 @@ def test_submit_wait_says_no_capable_runner_is_alive(tmp_path: Path, make_servic
         proc.wait(timeout=30)
     assert "sm_100 job: waiting: no runner with arch=sm_100 is alive" in line, line
     assert "cpu job: waiting: no runner is alive" in line, line
-    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     assert {j["waiting"] for j in report["jobs"]} == {
         "no runner with arch=sm_100 is alive",
         "no runner is alive",
     }
-    page = httpx.get(f"{svc.url}/builds/{build_id}").text
+    page = loopback.get(f"{svc.url}/builds/{build_id}").text
     assert "no runner with arch=sm_100 is alive" in page
 
 

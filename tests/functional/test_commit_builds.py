@@ -13,10 +13,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-import httpx
 import pytest
 
 from runner import jail
+from testkit import loopback
 from testkit.registry import registry_wheel
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
@@ -108,7 +108,7 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
     )
     try:
         reports = eventually(
-            lambda: [httpx.get(f"{svc.url}/api/builds/{b}").json() for b in ids],
+            lambda: [loopback.get(f"{svc.url}/api/builds/{b}").json() for b in ids],
             until=lambda reports: all(r["status"] == "finished" for r in reports),
             timeout=900,
             interval=0.5,
@@ -134,12 +134,12 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
     for ok in (fixed, fixed_again):
         assert not {"feature_predates_version", "version_feature_mismatch"} & kinds(ok)
     # the wheel is kept by commit: the same commit again needs no build job
-    resp = httpx.post(
+    resp = loopback.post(
         f"{svc.url}/validate",
         json={"commit": shas[1]},
         headers={"Authorization": "Bearer submit-token-for-tests"},
     )
-    again = httpx.get(f"{svc.url}/api/builds/{resp.json()['build_id']}").json()
+    again = loopback.get(f"{svc.url}/api/builds/{resp.json()['build_id']}").json()
     assert [j["kind"] for j in again["jobs"]] == ["cpu"] and again["sha256"] == fixed["sha256"]
 
 
@@ -159,7 +159,7 @@ def test_unknown_commit_is_classified(make_service, tmp_path: Path) -> None:  # 
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    r = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    r = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     stage = r["jobs"][0]["stages"][0]
     assert stage["status"] == "error" and stage["reason"].startswith("unknown_commit")
     assert r["jobs"][1]["status"] == "finished" and "no wheel" in r["jobs"][1]["reason"]

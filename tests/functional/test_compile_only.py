@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 
@@ -20,6 +19,7 @@ from core.wire import Stage, StageResult
 from runner import candidate, compile_cache, stage_results
 from runner.inside import arms, compileonly, determinism, documents
 from runner.inside.arms import Arm
+from testkit import loopback
 from testkit.service import Service
 from tests.helpers import register, report, stage_body, submit_wheel
 
@@ -257,6 +257,6 @@ def test_the_timings_reach_the_report_and_the_build_page_bounded(service: Servic
     assert resp.status_code == 201, resp.text
     (stage,) = report(service, build_id)["jobs"][0]["stages"]
     assert stage["timings"] == timings
-    page = httpx.get(f"{service.url}/builds/{build_id}").text
+    page = loopback.get(f"{service.url}/builds/{build_id}").text
     assert "where the seconds went" in page and "ready_s 4.2" in page
     assert "x: compile_only_s 1.0, reused True" in page

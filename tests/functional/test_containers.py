@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import ROOT, WEBHOOK, Service, free_port
 from testkit.waiting import eventually
 from tests.helpers import push
@@ -194,7 +195,7 @@ def test_setup_uses_the_same_install_script() -> None:
 
 
 def test_health_endpoint_answers_with_the_database(service: Service) -> None:
-    resp = httpx.get(f"{service.url}/healthz")
+    resp = loopback.get(f"{service.url}/healthz")
     assert resp.status_code == 200
     assert resp.json() == {"status": "ok", "database": "sqlite"}
     dockerfile = (ROOT / "docker" / "service.Dockerfile").read_text()
@@ -307,14 +308,14 @@ def test_the_proxy_serves_the_service_over_tls(service: Service, proxy_dir: Path
 
         def healthz() -> httpx.Response:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            return httpx.get(f"{base}/healthz", verify=tls, timeout=5)
+            return loopback.get(f"{base}/healthz", verify=tls, timeout=5)
 
         health = eventually(healthz, timeout=10, ignoring=(httpx.TransportError,), message="nginx")
         assert health.status_code == 200 and health.json()["status"] == "ok"
-        plain = httpx.get(f"http://127.0.0.1:{http}/builds/1", timeout=5)
+        plain = loopback.get(f"http://127.0.0.1:{http}/builds/1", timeout=5)
         assert plain.status_code == 301
         assert plain.headers["location"] == "https://127.0.0.1/builds/1"
-        page = httpx.get(f"{base}/", verify=tls, timeout=30)
+        page = loopback.get(f"{base}/", verify=tls, timeout=30)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         body = json.dumps(push()).encode()
         signature = hmac.new(WEBHOOK.encode(), body, hashlib.sha256).hexdigest()
@@ -324,7 +325,7 @@ def test_the_proxy_serves_the_service_over_tls(service: Service, proxy_dir: Path
             "X-GitHub-Delivery": "through-the-proxy",
             "X-Hub-Signature-256": f"sha256={signature}",
         }
-        resp = httpx.post(
+        resp = loopback.post(
             f"{base}/api/webhooks/github", content=body, headers=headers, verify=tls, timeout=30
         )
         assert resp.status_code == 200 and resp.json()["outcome"].startswith("queued"), resp.text

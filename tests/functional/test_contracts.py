@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-import httpx
 from openapi_spec_validator import validate
 
+from testkit import loopback
 from testkit.service import SUBMIT, Service
 from testkit.wheels import make_wheel
 from tests.helpers import register, submit_wheel
@@ -24,7 +24,7 @@ def operation(doc: dict[str, Any], method: str, path: str) -> dict[str, Any]:
 
 
 def test_the_openapi_document_is_valid_and_documents_errors_and_doors(service: Service) -> None:
-    doc = httpx.get(f"{service.url}/openapi.json").json()
+    doc = loopback.get(f"{service.url}/openapi.json").json()
     validate(doc)  # openapi-spec-validator: raises on an invalid document
     schemas = doc["components"]["schemas"]
     assert schemas["ErrorResponse"]["required"] == ["error"]
@@ -57,7 +57,7 @@ def test_what_the_routes_answer_to_bad_input_is_documented(
     service: Service, tmp_path: Path
 ) -> None:
     """Real bad requests; each answer's status is one its operation documents."""
-    doc = httpx.get(f"{service.url}/openapi.json").json()
+    doc = loopback.get(f"{service.url}/openapi.json").json()
     build_id = submit_wheel(service, make_wheel(tmp_path / "w", "1.30.0", ""))
     runner = register(service, "ci-1")
     lease = runner.post("/api/jobs/claim", json={}).json()
@@ -97,7 +97,7 @@ def test_what_the_routes_answer_to_bad_input_is_documented(
         ("post", "/api/webhooks/github", "/api/webhooks/github", {}, {}, 401),
     ]
     for method, template, url, headers, body, status in cases:
-        resp = httpx.request(method, service.url + url, headers=dict(headers), json=body)
+        resp = loopback.request(method, service.url + url, headers=dict(headers), json=body)
         assert resp.status_code == status, (url, resp.status_code, resp.text)
         assert set(resp.json()) == {"error"}, resp.text
         assert str(status) in operation(doc, method, template)["responses"], (template, status)
@@ -125,7 +125,7 @@ def test_junit_carries_stage_times_and_a_build_underway_is_not_empty(
 ) -> None:
     build_id = submit_wheel(service, make_wheel(tmp_path / "w", "1.30.0", ""))
     url = f"{service.url}/builds/{build_id}/junit.xml"
-    queued = ET.fromstring(httpx.get(url).content)
+    queued = ET.fromstring(loopback.get(url).content)
     (suite,) = queued.findall("testsuite")
     assert suite.get("name") == "cpu/pending" and queued.get("skipped") == "1"
     assert "queued, waiting for a runner" in suite.find("testcase/skipped").get("message", "")
@@ -135,7 +135,7 @@ def test_junit_carries_stage_times_and_a_build_underway_is_not_empty(
     result = {"name": "install", "status": "pass", "duration_s": 2.5, "checks": checks}
     body = {"lease_token": lease["lease_token"], "result": result}
     assert runner.post(f"/api/jobs/{lease['job_id']}/stages", json=body).status_code == 201
-    running = ET.fromstring(httpx.get(url).content)
+    running = ET.fromstring(loopback.get(url).content)
     install = next(s for s in running.findall("testsuite") if s.get("name") == "cpu/install")
     assert install.get("time") == "2.500"
     assert [c.get("time") for c in install.findall("testcase")] == ["1.250", "1.250"]

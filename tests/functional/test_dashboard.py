@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 from xml.etree import ElementTree as ET
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.dashboard_data import XSS_BRANCH, XSS_VERSION
 from testkit.service import ROOT, Service
 from tests.helpers import CHROMIUM, seeded_service, unfold
@@ -162,7 +162,7 @@ def test_build_page_shows_drift_refusal_and_provenance(seeded, page) -> None:  #
         "config",
     ):
         assert col in heads
-    report = httpx.get(f"{svc.url}/api/builds/{ids['pass']}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{ids['pass']}").json()
     drift_rows = page.locator("#drift tbody tr")
     assert drift_rows.count() == len(report["drift"]) == 18
     first = drift_rows.first.inner_text()
@@ -225,10 +225,10 @@ def test_junit_xml_has_a_testcase_per_check_with_statuses_mapped(seeded) -> None
         ("timeout", "flex_attention_bwd.deterministic", "error"),
         ("pass", "grouped_gemm_dsrelu.deterministic", "skipped"),
     ):
-        resp = httpx.get(f"{svc.url}/builds/{ids[name]}/junit.xml")
+        resp = loopback.get(f"{svc.url}/builds/{ids[name]}/junit.xml")
         assert resp.status_code == 200 and "junit" in resp.headers["content-disposition"]
         root = ET.fromstring(resp.content)
-        report = httpx.get(f"{svc.url}/api/builds/{ids[name]}").json()
+        report = loopback.get(f"{svc.url}/api/builds/{ids[name]}").json()
         n_checks = (
             sum(max(1, len(s["checks"])) for j in report["jobs"] for s in j["stages"])
             + sum(f["severity"] == "error" for f in report["findings"])
@@ -237,9 +237,9 @@ def test_junit_xml_has_a_testcase_per_check_with_statuses_mapped(seeded) -> None
         assert int(root.get("tests", "0")) == n_checks == len(root.findall(".//testcase"))
         cases = [c for c in root.iter("testcase") if c.get("name") == check]
         assert cases and any(c.find(tag) is not None for c in cases), (name, check, tag)
-    root = ET.fromstring(httpx.get(f"{svc.url}/builds/{ids['timeout']}/junit.xml").content)
+    root = ET.fromstring(loopback.get(f"{svc.url}/builds/{ids['timeout']}/junit.xml").content)
     assert any(e.get("type") == "timeout" for e in root.iter("error"))
-    root = ET.fromstring(httpx.get(f"{svc.url}/builds/{ids['fail']}/junit.xml").content)
+    root = ET.fromstring(loopback.get(f"{svc.url}/builds/{ids['fail']}/junit.xml").content)
     assert int(root.get("failures", "0")) >= 3  # the check, the refusal check, the finding
 
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
@@ -24,6 +23,7 @@ from service.config import Settings
 from service.db import make_engine
 from service.models import Job, Runner, utcnow
 from service.web import runners, trends
+from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.dashboard_data.rows import Ctx, Seeder
 from testkit.dashboard_data.scenarios import scenario_running
@@ -157,7 +157,7 @@ def test_the_runners_page_lists_the_oldest_three_leased_jobs_and_counts_the_rest
             )
         )
     assert len(leased) == 1 + EXTRA_RUNNING  # seed_all's running build, then the extra ones
-    html = httpx.get(f"{svc.url}/runners", timeout=30).text
+    html = loopback.get(f"{svc.url}/runners", timeout=30).text
     row = re.search(r'<tr data-runner="h200-a">(.*?)</tr>', html, re.S)
     assert row is not None, html
     shown = [int(j) for j in re.findall(r"job (\d+) \(attempt", row.group(1))]

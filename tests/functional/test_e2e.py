@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import ROOT, Service
 from tests.helpers import submit_wheel
 
@@ -30,12 +30,12 @@ def run_runner_once(
 def test_wheel_probed_by_a_runner_and_shown(make_service) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="")
     build_id = submit_wheel(svc)
-    queued = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    queued = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     assert queued["status"] == "queued" and queued["verdict"] == "pending"
     proc = run_runner_once(svc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "event=job_finished" in proc.stderr
-    r = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    r = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     assert r["status"] == "finished"
     assert r["verdict"] == "incomplete", r["verdict_reason"]
     (job,) = r["jobs"]
@@ -53,12 +53,12 @@ def test_wheel_probed_by_a_runner_and_shown(make_service) -> None:  # type: igno
     kinds = {f["kind"] for f in r["findings"]}
     assert "default_ignores_torch_flag" in kinds
     # the dashboard shows it
-    page = httpx.get(f"{svc.url}/builds/{build_id}").text
+    page = loopback.get(f"{svc.url}/builds/{build_id}").text
     assert "1.32.0" in page and "docstring" in page and "incomplete" in page
-    grid = httpx.get(f"{svc.url}/").text
+    grid = loopback.get(f"{svc.url}/").text
     assert f'href="/builds/{build_id}"' in grid
     # each stage's log came with its result: pip's install, served as text
-    logs = httpx.get(f"{svc.url}/api/builds/{build_id}/logs").text
+    logs = loopback.get(f"{svc.url}/api/builds/{build_id}/logs").text
     install = logs.split(f"==> cpu job {job['id']} · install (pass) <==\n", 1)[1].split("==> ")[0]
     assert "nvidia-cudnn-frontend" in install and "only the failure tail" not in install, logs
     # the runner's work directory is gone once it reported the job finished

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from testkit import loopback
 from testkit.registry import registry_wheel
 from testkit.service import Service
 from tests.helpers import register, report, submit_wheel
@@ -87,5 +88,5 @@ def test_a_finding_seen_by_every_job_is_one_row_with_its_jobs(make_service) -> N
     assert changed["subject"] == DSRELU and changed["job_ids"] == []
     assert got["verdict"] == "fail"
     # the build page lists each once as well
-    page = httpx.get(f"{svc.url}/builds/{second}").text
+    page = loopback.get(f"{svc.url}/builds/{second}").text
     assert page.count("reports 1.27.0 but the wrapper already takes") == 1

@@ -12,11 +12,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
+from testkit import loopback
 from testkit.service import ADMIN, REGISTER, SUBMIT, Service, service_env
 from testkit.wheels import make_wheel
 
@@ -35,7 +35,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with svc.http() as http, wheel.open("rb") as fh:
         assert http.post("/validate", files={"wheel": (wheel.name, fh)}).status_code == 202
     svc.env["FUZZ_RUNNER_TOKEN"] = _register(svc)
-    claim = httpx.post(
+    claim = loopback.post(
         f"{svc.url}/api/jobs/claim",
         json={},
         headers={"Authorization": f"Bearer {svc.env['FUZZ_RUNNER_TOKEN']}"},
@@ -49,8 +49,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def _register(svc: Service) -> str:
     """Register (again) as ``fuzz-runner``: lift a revocation the fuzz made, take the name over."""
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    httpx.post(f"{svc.url}/api/runners/1/reinstate", headers=admin)  # 404 before the first
-    resp = httpx.post(
+    loopback.post(f"{svc.url}/api/runners/1/reinstate", headers=admin)  # 404 before the first
+    resp = loopback.post(
         f"{svc.url}/api/runners/register",
         json={"name": "fuzz-runner", "labels": {}, "replace": True},
         headers={"Authorization": f"Bearer {REGISTER}"},
@@ -143,7 +143,7 @@ def test_an_id_past_the_column_is_refused_not_a_500(
     fuzzed: Service, method: str, path: str
 ) -> None:
     """Regression: an id too large for the database driver was a 500 (OverflowError)."""
-    resp = httpx.request(
+    resp = loopback.request(
         method,
         f"{fuzzed.url}{path}",
         json={"lease_token": "x"},

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from service.config import Settings
 from service.github import StatusReporter
 from service.statuses import CommitStatus
+from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import make_wheel
 from tests.github_recorder import INSTALLATION_TOKEN, Call, GitHubRecorder
@@ -152,7 +153,7 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
         "pass: everything applicable ran and passed",
     ]
     assert [s["state"] for s in sm90] == ["pending", "pending", "pending", "success"]
-    job_ids = [j["id"] for j in httpx.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]]
+    job_ids = [j["id"] for j in loopback.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]]
     assert sm90[-1]["target_url"].startswith(f"https://ci.example.org/builds/{build_id}#job-")
     assert int(sm90[-1]["target_url"].rsplit("-", 1)[1]) in job_ids
     # no sm_100 runner: that family alone stays pending, the build's verdict with it
@@ -162,7 +163,7 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
     assert contexts["fe-ci/build"][-1]["state"] == "success"
     assert contexts["fe-ci"][-1]["state"] == "pending"
     # the page anchors each job where the status links
-    page = httpx.get(f"{svc.url}/builds/{build_id}").text
+    page = loopback.get(f"{svc.url}/builds/{build_id}").text
     assert f'id="job-{sm90[-1]["target_url"].rsplit("-", 1)[1]}"' in page
 
 
@@ -196,7 +197,7 @@ def test_an_incomplete_build_is_no_success_and_a_gate_can_still_go_green(
     assert "grouped_gemm_dsrelu" in summary["description"]
     assert len(summary["description"]) <= 140
     assert contexts["fe-ci/sm_90"][-1]["state"] == "success"
-    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     assert report["verdict"] == "incomplete"
     assert report["gate"] == {
         "require": ["all"],
@@ -212,7 +213,7 @@ def test_an_incomplete_build_is_no_success_and_a_gate_can_still_go_green(
     assert summary["state"] == "success", summary  # sm_100 was not required
     assert summary["description"].startswith("required checks (probe,refusal,sm_90) passed")
     assert "incomplete" in summary["description"]
-    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     assert report["verdict"] == "incomplete"
     assert report["gate"]["conclusion"] == "success"
     assert report["gate"]["require"] == ["probe", "refusal", "sm_90"]
@@ -291,12 +292,12 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
         f"fe-ci validate nvidia_cudnn_frontend-1.32.0-py3-none-any.whl --stages determinism "
         f"--subjects sdpa_bwd --config {CONFIG}"
     )
-    report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    report = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     repros = [c.get("repro") for j in report["jobs"] for s in j["stages"] for c in s["checks"]]
     assert line in repros
     assert [r for r in repros if r] == [line]  # passing and skipped checks carry none
-    assert line in httpx.get(f"{svc.url}/builds/{build_id}").text
-    junit = httpx.get(f"{svc.url}/builds/{build_id}/junit.xml").text
+    assert line in loopback.get(f"{svc.url}/builds/{build_id}").text
+    junit = loopback.get(f"{svc.url}/builds/{build_id}/junit.xml").text
     assert f"reproduce on an sm_90 machine: {line}" in junit
     verdict = [c for c in completed(calls) if c.body["output"]["title"].startswith("fail")]
     assert len(verdict) >= 2  # the job's run and the build's

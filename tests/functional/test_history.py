@@ -22,6 +22,7 @@ from core.wire import (
     StageResult,
     Verdict,
 )
+from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import make_wheel
 from tests.fakesubjects import posted_stage
@@ -49,7 +50,7 @@ def gpu_build(svc: Service, gpu: httpx.Client, wheel: Path, result: dict[str, An
     )
     assert resp.status_code == 201, resp.text
     gpu.post(f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": token})
-    report: dict = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+    report: dict = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
     return report
 
 
@@ -82,9 +83,9 @@ def test_same_bytes_are_bits_unchanged_and_different_bytes_a_finding(gpu_service
     assert f"build {second['id']}" in finding["message"] and "out (max |d|" in finding["message"]
     assert third["verdict"] != "fail"  # a warning: shown, does not fail the build
     # shown on the build page and in the trends page's column
-    page = httpx.get(f"{svc.url}/builds/{third['id']}").text
+    page = loopback.get(f"{svc.url}/builds/{third['id']}").text
     assert 'id="since-previous"' in page and "changed" in page
-    trends = httpx.get(f"{svc.url}/trends").text
+    trends = loopback.get(f"{svc.url}/trends").text
     assert "sm_90 sdpa_bwd: bits_unchanged" in trends and "sm_90 sdpa_bwd: changed" in trends
 
 
@@ -121,7 +122,7 @@ def test_the_cost_gate_learns_its_band_from_the_genuine_builds_of_the_series(gpu
     after = gpu_build(svc, gpu, wheel, measured(ratio=0.84))["history"][0]
     assert not after["cost_regressed"] and after["previous_cost_ratio"] == pytest.approx(1.08)
     assert after["cost_limit"] == pytest.approx(row["cost_limit"])
-    trends = httpx.get(f"{svc.url}/trends").text
+    trends = loopback.get(f"{svc.url}/trends").text
     assert "sdpa_bwd: cost of determinism" in trends and "1.08x (perf_counter)" in trends
 
 

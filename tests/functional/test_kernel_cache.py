@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from core.wire import Stage
 from runner import pipeline, pipeline_options
+from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import dist_info, frontend_members, wheel_bytes, wheel_name
 from tests.helpers import register, submit_wheel
@@ -142,4 +141,4 @@ def test_the_service_trusts_only_commits_its_own_builder_built(
     second = worker.post("/api/jobs/claim", json={}).json()
     assert (second["build_id"], second["trusted_source"]) == (commit, True)
     # the lease is the service's word: nothing a runner or a submitter sends changes it
-    assert httpx.get(f"{svc.url}/api/builds/{commit}").json()["source"] == "commit"
+    assert loopback.get(f"{svc.url}/api/builds/{commit}").json()["source"] == "commit"

@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-
+from testkit import loopback
 from testkit.wheels import make_wheel
 from tests.helpers import register, submit_wheel
 
@@ -77,7 +76,7 @@ def test_live_status_stream_sends_snapshots(make_service, tmp_path) -> None:  # 
     lease = runner.post("/api/jobs/claim", json={}).json()
     token, job = lease["lease_token"], lease["job_id"]
     events: list[str] = []
-    with httpx.stream("GET", f"{svc.url}/builds/{build_id}/events", timeout=30) as resp:
+    with loopback.stream("GET", f"{svc.url}/builds/{build_id}/events", timeout=30) as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         posted = False
         deadline = time.monotonic() + 20
@@ -93,4 +92,4 @@ def test_live_status_stream_sends_snapshots(make_service, tmp_path) -> None:  # 
             assert time.monotonic() < deadline
     assert len(events) >= 2
     assert '"finished": true' in events[-1] and '"finished": false' in events[0]
-    assert httpx.get(f"{svc.url}/builds/{build_id}/live.json").json()["finished"] is True
+    assert loopback.get(f"{svc.url}/builds/{build_id}/live.json").json()["finished"] is True

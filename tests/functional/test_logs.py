@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from core.wire import LOG_MAX_CHARS, Environment, JobLease, Stage, StageResult, Status
 from runner.client import Client
 from runner.poster import post_stages
 from runner.stage_results import stage_log
 from runner.state import KeptResult
+from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_wheel
 from tests.helpers import register, submit_wheel
@@ -61,7 +60,7 @@ def test_a_stage_log_is_kept_redacted_and_served_as_text(service: Service, tmp_p
     probe = {"lease_token": token, "result": crash}
     assert runner.post(f"/api/jobs/{job}/stages", json=probe).status_code == 201
 
-    text = httpx.get(f"{service.url}/api/builds/{build_id}/logs")
+    text = loopback.get(f"{service.url}/api/builds/{build_id}/logs")
     assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
     body = text.text
     assert f"==> cpu job {job} · install (pass) <==\nResolved 12 packages\n" in body
@@ -70,15 +69,15 @@ def test_a_stage_log_is_kept_redacted_and_served_as_text(service: Service, tmp_p
         assert secret not in body
     assert body.count("[redacted]") == 4  # submit, registration, lease; the tail's lease
     assert "again" not in body  # a retried post keeps the first log
-    only = httpx.get(f"{service.url}/api/builds/{build_id}/logs", params={"stage": "probe"}).text
+    only = loopback.get(f"{service.url}/api/builds/{build_id}/logs", params={"stage": "probe"}).text
     assert "install" not in only and "probe (crashed)" in only
 
-    page = httpx.get(f"{service.url}/builds/{build_id}").text
+    page = loopback.get(f"{service.url}/builds/{build_id}").text
     assert f'<details class="log" data-job="{job}" data-stage="install">' in page
     assert "&lt;b&gt;not markup&lt;/b&gt;" in page and "<b>not markup</b>" not in page
     assert SUBMIT not in page and "No log output recorded" not in page
 
-    missing = httpx.get(f"{service.url}/api/builds/999/logs")
+    missing = loopback.get(f"{service.url}/api/builds/999/logs")
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "not_found"
 
@@ -101,5 +100,5 @@ def test_a_kept_result_posts_its_logs_after_an_outage(service: Service, tmp_path
         post_stages(client, again.lease, again.stages, [], again.logs)
     finally:
         client.close()
-    text = httpx.get(f"{service.url}/api/builds/{build_id}/logs").text
+    text = loopback.get(f"{service.url}/api/builds/{build_id}/logs").text
     assert "install (pass) <==\nkept through the outage\n" in text

@@ -21,6 +21,7 @@ from core.subjects import SUBJECTS
 from core.wire import BuildReport, JobLease
 from runner import validate_cli
 from runner.inside import measure, plan
+from testkit import loopback
 from testkit.service import Service
 from tests.fakesubjects import FakeSubject, Reduction, floats, integers
 from tests.helpers import register, report, submit_wheel
@@ -125,7 +126,7 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
         "chosen": SMALL,
     }
     _post_and_finish(runner, lease, check, {**H200})
-    page = httpx.get(f"{svc.url}/builds/{b2}").text
+    page = loopback.get(f"{svc.url}/builds/{b2}").text
     assert f"remembered config {SMALL} from build #{b1}" in page
     shown = report(svc, b2)["jobs"]
     gpu_job = next(j for j in shown if j["kind"] == "gpu")

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import Service, free_port, service_env
 from testkit.waiting import eventually
 from testkit.wheels import make_wheel
@@ -134,7 +135,7 @@ def _post_stages(runner: httpx.Client, lease: dict[str, Any], *, red: bool) -> N
 
 
 def verdict(svc: Service, build_id: int) -> str:
-    return str(httpx.get(f"{svc.url}/api/builds/{build_id}").json()["verdict"])
+    return str(loopback.get(f"{svc.url}/api/builds/{build_id}").json()["verdict"])
 
 
 @pytest.fixture

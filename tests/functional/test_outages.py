@@ -15,10 +15,9 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 from core.wire import Environment, JobKind, JobLease, Stage
 from runner.state import Identity, KeptResult, State
+from testkit import loopback
 from testkit.proxy import Proxy
 from testkit.service import Service
 from testkit.waiting import eventually
@@ -219,7 +218,7 @@ def test_sigterm_takes_an_idle_runner_offline_without_waiting_out_its_long_poll(
     after_stop = log.read_text().split("event=stop_requested", 1)[1]
     assert "/api/jobs/claim" not in after_stop, after_stop  # the long poll was not waited out
     assert "event=offline runner=r1" in after_stop
-    page = httpx.get(f"{svc.url}/runners").text
+    page = loopback.get(f"{svc.url}/runners").text
     row = page.split('data-runner="r1"', 1)[1].split("</tr>", 1)[0]
     assert ">offline<" in row, row
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from service.db import make_engine
+from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.service import Service, service_env
 
@@ -61,8 +61,8 @@ def test_the_api_page_renders_with_no_network_beyond_the_service(seeded, offline
     assert blocked == [], blocked
     # the assets are the pinned copy, with its licence beside it
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "LICENSE"):
-        assert httpx.get(f"{seeded.url}/static/swagger-ui/{asset}").status_code == 200
-    assert httpx.get(f"{seeded.url}/redoc").status_code == 404
+        assert loopback.get(f"{seeded.url}/static/swagger-ui/{asset}").status_code == 200
+    assert loopback.get(f"{seeded.url}/redoc").status_code == 404
 
 
 def test_the_grid_fits_a_1400px_window_under_its_header(seeded, offline_page) -> None:  # type: ignore[no-untyped-def]
@@ -86,13 +86,13 @@ def test_the_grid_fits_a_1400px_window_under_its_header(seeded, offline_page) ->
 
 def test_builds_of_one_version_are_told_apart(seeded, offline_page) -> None:  # type: ignore[no-untyped-def]
     page, _ = offline_page
-    items = httpx.get(f"{seeded.url}/api/builds?limit=100").json()["items"]
+    items = loopback.get(f"{seeded.url}/api/builds?limit=100").json()["items"]
     wheels = [b for b in items if b["source"] == "wheel" and b["version"] == "1.32.0"]
     assert len(wheels) > 2
     page.goto(f"{seeded.url}/")
     shown = {}
     for b in wheels:
-        sha = httpx.get(f"{seeded.url}/api/builds/{b['id']}").json()["sha256"]
+        sha = loopback.get(f"{seeded.url}/api/builds/{b['id']}").json()["sha256"]
         text = page.locator(f"#build-{b['id']} td.source code.sha").inner_text()
         assert sha.startswith(text) and len(text) >= 8, (b["id"], text, sha)
         shown[b["id"]] = text
@@ -103,10 +103,10 @@ def test_builds_of_one_version_are_told_apart(seeded, offline_page) -> None:  # 
 
 
 def test_favicon_is_served_and_linked(seeded) -> None:  # type: ignore[no-untyped-def]
-    resp = httpx.get(f"{seeded.url}/favicon.ico")
+    resp = loopback.get(f"{seeded.url}/favicon.ico")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("image/")
     assert resp.content[:4] == b"\x00\x00\x01\x00"  # an ICO file
-    assert '<link rel="icon" href="/favicon.ico">' in httpx.get(f"{seeded.url}/").text
+    assert '<link rel="icon" href="/favicon.ico">' in loopback.get(f"{seeded.url}/").text
 
 
 def test_an_empty_trends_page_says_drift_needs_a_gpu_runner(service: Service, browser) -> None:  # type: ignore[no-untyped-def]

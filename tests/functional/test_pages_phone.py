@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy.orm import Session
 
 from service.db import make_engine
 from service.models import Build, DriftRowDB, Job
+from testkit import loopback
 from testkit.dashboard_data.extras import COMMITS, seed_bisection, seed_logs
 from testkit.service import SUBMIT, Service
 from testkit.wheels import make_wheel
@@ -79,7 +79,7 @@ def test_the_controls_send_the_token_only_in_a_header(
         page.fill(".control-token", SUBMIT)
         page.click("#cancel-build")
         page.wait_for_selector("#rerun-build")  # reloaded: cancelled, so it can be rerun
-        assert httpx.get(f"{service.url}/api/builds/{build_id}").json()["status"] == "cancelled"
+        assert loopback.get(f"{service.url}/api/builds/{build_id}").json()["status"] == "cancelled"
         page.fill(".control-token", SUBMIT)
         page.click("#rerun-build")
         page.wait_for_url(f"**/builds/{build_id + 1}")
@@ -95,7 +95,7 @@ def test_the_controls_send_the_token_only_in_a_header(
     ]
     assert [r["headers"].get("authorization") for r in posts[1:]] == [f"Bearer {SUBMIT}"] * 2
     assert not any(SUBMIT in r["url"] for r in sent)
-    assert httpx.get(f"{service.url}/api/builds/{build_id + 1}").json()["status"] == "queued"
+    assert loopback.get(f"{service.url}/api/builds/{build_id + 1}").json()["status"] == "queued"
 
 
 def test_trends_name_builds_on_the_axis_and_fold_subjects_that_never_ran(

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from runner.inside import plan
+from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_wheel
 from tests.fakesubjects import SDPA_CONFIGS, posted_stage
@@ -49,7 +50,9 @@ class Stream:
         self.gpu.post(
             f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": lease["lease_token"]}
         )
-        report: dict[str, Any] = httpx.get(f"{self.svc.url}/api/builds/{lease['build_id']}").json()
+        report: dict[str, Any] = loopback.get(
+            f"{self.svc.url}/api/builds/{lease['build_id']}"
+        ).json()
         return report
 
     def build(self, varies: set[str], start: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -63,7 +66,7 @@ class Stream:
 
 
 def pins_of(svc: Service) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = httpx.get(f"{svc.url}/api/pins").json()["items"]
+    items: list[dict[str, Any]] = loopback.get(f"{svc.url}/api/pins").json()["items"]
     return items
 
 
@@ -109,7 +112,7 @@ def test_a_comparison_off_the_pin_is_refused_and_nothing_of_the_stage_is_stored(
     assert resp.status_code == 422, resp.text
     err = resp.json()["error"]
     assert err["code"] == "comparison_not_at_pin" and S2048 in err["message"]
-    report = httpx.get(f"{stream.svc.url}/api/builds/{lease['build_id']}").json()
+    report = loopback.get(f"{stream.svc.url}/api/builds/{lease['build_id']}").json()
     assert report["history"] == [] and report["drift"] == []
     assert all(j["stages"] == [] for j in report["jobs"] if j["kind"] == "gpu")
     # an unknown config name is refused the same way, naming the subject's configs
@@ -132,7 +135,7 @@ def repin(
     svc: Service, token: str | None, body: dict[str, Any], path: str = "sm_90/sdpa_bwd"
 ) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(f"{svc.url}/api/pins/{path}", json=body, headers=headers)
+    return loopback.post(f"{svc.url}/api/pins/{path}", json=body, headers=headers)
 
 
 def test_an_operator_re_pins_and_a_new_series_starts_with_a_marker(stream: Stream) -> None:
@@ -171,10 +174,10 @@ def test_an_operator_re_pins_and_a_new_series_starts_with_a_marker(stream: Strea
     assert fourth["history"][0]["bits"] == "unchanged" and not fourth["history"][0]["series_start"]
     assert "comparison_point_changed" not in [f["kind"] for f in fourth["findings"]]
     # the old series stays readable, in the reports and the list of pins
-    old = httpx.get(f"{svc.url}/api/builds/{second['id']}").json()["history"][0]
+    old = loopback.get(f"{svc.url}/api/builds/{second['id']}").json()["history"][0]
     assert (old["series"], old["config"], old["previous_build_id"]) == (1, S2048, first["id"])
     assert [(p["series"], p["in_force"]) for p in pins_of(svc)] == [(2, True), (1, False)]
-    trends = httpx.get(f"{svc.url}/trends").text
+    trends = loopback.get(f"{svc.url}/trends").text
     assert f"sm_90 sdpa_bwd: series 2 at {B8} from #{third['id']}" in trends
     assert 'class="series-marker"' in trends and f"sm_90 series 1 at {S2048}" in trends
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, text
 
 from service.db import alembic_config
+from testkit import loopback
 from testkit.service import Service
 from testkit.waiting import eventually
 from tests.helpers import register, report, stage_body, submit_wheel
@@ -161,7 +161,7 @@ def test_builds_page_by_cursor(start: StartService) -> None:
     cursor = None
     for _ in range(10):
         params = {"limit": 3} | ({"cursor": cursor} if cursor else {})
-        page = httpx.get(f"{svc.url}/api/builds", params=params).json()
+        page = loopback.get(f"{svc.url}/api/builds", params=params).json()
         seen += [b["id"] for b in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
@@ -279,5 +279,5 @@ def test_eight_runner_processes_race_for_100_jobs_and_each_runs_once(
     assert {row[0]: (row[1], row[2], row[3]) for row in rows} == {
         job: ("finished", 1, holder[job]) for job in jobs
     }
-    summary = httpx.get(f"{services[1].url}/api/builds", params={"limit": 200}).json()
+    summary = loopback.get(f"{services[1].url}/api/builds", params={"limit": 200}).json()
     assert {b["status"] for b in summary["items"]} == {"finished"}

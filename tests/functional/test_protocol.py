@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from testkit import loopback
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually
@@ -165,7 +166,7 @@ def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -
     r = report(svc, build_id)
     gpu = [j for j in r["jobs"] if j["kind"] == "gpu"]
     assert len(gpu) == 1 and gpu[0]["family"] == "sm_90" and gpu[0]["status"] == "queued"
-    page = httpx.get(f"{svc.url}/builds/{build_id}").text
+    page = loopback.get(f"{svc.url}/builds/{build_id}").text
     assert "waiting for an sm_90 runner" in page
     # a CPU runner never takes the GPU job
     cpu = register(svc, "cpu")
@@ -214,7 +215,7 @@ def test_cancel_stops_queued_jobs_and_tells_the_lease_holder(service: Service) -
     build_id = submit_wheel(service)
     runner = register(service, "r")
     lease = runner.post("/api/jobs/claim", json={}).json()
-    assert httpx.post(f"{service.url}/api/builds/{build_id}/cancel").status_code == 401
+    assert loopback.post(f"{service.url}/api/builds/{build_id}/cancel").status_code == 401
     resp = service.http().post(f"/api/builds/{build_id}/cancel")
     assert resp.status_code == 200 and resp.json()["verdict"] == "cancelled"
     hb = runner.post(
@@ -225,12 +226,12 @@ def test_cancel_stops_queued_jobs_and_tells_the_lease_holder(service: Service) -
 
 @pytest.mark.parametrize("path", ["/api/builds/999", "/builds/999"])
 def test_unknown_build_is_a_404_in_the_error_shape(module_service: Service, path: str) -> None:
-    resp = httpx.get(f"{module_service.url}{path}")
+    resp = loopback.get(f"{module_service.url}{path}")
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
 
 
 def test_validation_errors_have_the_one_shape(module_service: Service) -> None:
     resp = module_service.http().post("/validate", json={"commit": "xyz"})
     assert resp.status_code == 400 and set(resp.json()["error"]) == {"code", "message", "detail"}
-    resp = httpx.get(f"{module_service.url}/api/builds", params={"limit": 0})
+    resp = loopback.get(f"{module_service.url}/api/builds", params={"limit": 0})
     assert resp.status_code == 422 and resp.json()["error"]["code"] == "validation_error"

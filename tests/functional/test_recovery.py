@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from testkit import loopback
 from testkit.service import SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_big_wheel, make_wheel, sleepy
@@ -97,7 +98,7 @@ def test_runner_killed_mid_job_is_replaced_and_its_late_posts_refused(
     resp = http.get(f"/api/jobs/{job['id']}/wheel", headers={"X-Lease-Token": token})
     assert resp.status_code == 409
     assert stage_rows(svc, job["id"]) == CPU_STAGES
-    assert httpx.get(f"{svc.url}/api/builds/{build_id}").json() == r
+    assert loopback.get(f"{svc.url}/api/builds/{build_id}").json() == r
 
 
 def _data_files(data_dir: Path) -> set[str]:
@@ -139,7 +140,7 @@ def test_service_killed_mid_upload_keeps_the_queue_and_leaves_nothing(
     def upload() -> None:
         try:
             outcome.append(
-                httpx.post(
+                loopback.post(
                     f"{svc.url}/validate",
                     content=_slow_body(head, stop_body),
                     headers={
@@ -210,7 +211,7 @@ def test_a_starting_replica_leaves_another_ones_upload_in_flight_alone(
     outcome: list[httpx.Response] = []
     client = threading.Thread(
         target=lambda: outcome.append(
-            httpx.post(
+            loopback.post(
                 f"{first.url}/validate",
                 content=body(),
                 headers={
@@ -238,7 +239,7 @@ def test_a_starting_replica_leaves_another_ones_upload_in_flight_alone(
         second.stop()
     (resp,) = outcome
     assert resp.status_code == 202, resp.text
-    r = httpx.get(f"{first.url}/api/builds/{resp.json()['build_id']}").json()
+    r = loopback.get(f"{first.url}/api/builds/{resp.json()['build_id']}").json()
     assert r["sha256"] == hashlib.sha256(data).hexdigest()
     assert [p for p in (first.data_dir / "tmp").rglob("*") if p.is_file()] == []
 

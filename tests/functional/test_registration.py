@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from testkit import loopback
 from testkit.service import ADMIN, REGISTER, ROOT, Service, service_env
 from testkit.waiting import eventually
 
@@ -19,13 +20,13 @@ ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 
 def register(svc: Service, name: str, **extra: object) -> httpx.Response:
-    return httpx.post(
+    return loopback.post(
         f"{svc.url}/api/runners/register", json={"name": name, "labels": {}, **extra}, headers=AUTH
     )
 
 
 def claim(svc: Service, token: str) -> int:
-    resp = httpx.post(
+    resp = loopback.post(
         f"{svc.url}/api/jobs/claim", json={}, headers={"Authorization": f"Bearer {token}"}
     )
     return resp.status_code
@@ -47,7 +48,7 @@ def test_a_revoked_name_stays_revoked_until_an_operator_lifts_it(service: Servic
     revocation, so a revoked runner came straight back and claimed jobs."""
     first = register(service, "r1").json()
     assert (
-        httpx.post(
+        loopback.post(
             f"{service.url}/api/runners/{first['runner_id']}/revoke", headers=ADMIN_AUTH
         ).status_code
         == 204
@@ -60,7 +61,7 @@ def test_a_revoked_name_stays_revoked_until_an_operator_lifts_it(service: Servic
         assert f"/api/runners/{first['runner_id']}/reinstate" in again.json()["error"]["message"]
     # the operator lifts it: the name may register again; the revoked token stays dead
     assert (
-        httpx.post(
+        loopback.post(
             f"{service.url}/api/runners/{first['runner_id']}/reinstate", headers=ADMIN_AUTH
         ).status_code
         == 204
@@ -124,7 +125,7 @@ def test_a_name_whose_runner_stopped_cleanly_registers_again(service: Service) -
     name is free without waiting two lease periods."""
     old = register(service, "r3").json()
     assert register(service, "r3").status_code == 409
-    resp = httpx.post(
+    resp = loopback.post(
         f"{service.url}/api/runners/offline", headers={"Authorization": f"Bearer {old['token']}"}
     )
     assert resp.status_code == 204
@@ -144,20 +145,20 @@ def test_revoking_needs_the_admin_token_which_registers_nothing(tmp_path: Path) 
         runner = register(svc, "r1").json()
         revoke = f"{svc.url}/api/runners/{runner['runner_id']}/revoke"
         for token in (REGISTER, runner["token"], ADMIN):  # ADMIN: not this service's
-            resp = httpx.post(revoke, headers={"Authorization": f"Bearer {token}"})
+            resp = loopback.post(revoke, headers={"Authorization": f"Bearer {token}"})
             assert resp.status_code == 401, resp.text
             assert resp.json()["error"]["message"] == "invalid admin token"
         assert claim(svc, runner["token"]) == 204  # still works: nothing was revoked
         saved = (tmp_path / "data" / "tokens.env").read_text()
         (admin,) = [ln.split("=", 1)[1] for ln in saved.splitlines() if "ADMIN_TOKEN" in ln]
         assert (tmp_path / "data" / "tokens.env").stat().st_mode & 0o777 == 0o600
-        resp = httpx.post(
+        resp = loopback.post(
             f"{svc.url}/api/runners/register",
             json={"name": "r2", "labels": {}},
             headers={"Authorization": f"Bearer {admin}"},
         )
         assert resp.status_code == 401  # the admin token does not register
-        resp = httpx.post(revoke, headers={"Authorization": f"Bearer {admin}"})
+        resp = loopback.post(revoke, headers={"Authorization": f"Bearer {admin}"})
         assert resp.status_code == 204
         assert claim(svc, runner["token"]) == 403
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 
 from service.stored_reports import REPORT_REVISION
+from testkit import loopback
 from testkit.service import Service, service_env
 from tests.helpers import register, stage_body, submit_wheel
 
@@ -25,7 +26,7 @@ def test_a_finished_report_is_stored_and_revalidated_by_etag(service: Service) -
     build_id = submit_wheel(service)
     url = f"{service.url}/api/builds/{build_id}"
     # while the build runs the report changes: an ETag, nothing stored
-    queued = httpx.get(url)
+    queued = loopback.get(url)
     assert queued.status_code == 200 and queued.json()["status"] == "queued"
     assert service.count("finished_reports") == 0
     _finish_cpu_job(runner)
@@ -34,16 +35,16 @@ def test_a_finished_report_is_stored_and_revalidated_by_etag(service: Service) -
             "SELECT revision, etag, body FROM finished_reports WHERE build_id = ?", (build_id,)
         ).fetchone()
     assert revision == REPORT_REVISION
-    got = httpx.get(url)
+    got = loopback.get(url)
     assert got.status_code == 200 and got.json()["status"] == "finished"
     assert got.headers["etag"] == etag != queued.headers["etag"]
     assert got.content == body.encode()
-    same = httpx.get(url, headers={"If-None-Match": etag})
+    same = loopback.get(url, headers={"If-None-Match": etag})
     assert same.status_code == 304 and same.content == b"" and same.headers["etag"] == etag
-    stale = httpx.get(url, headers={"If-None-Match": queued.headers["etag"]})
+    stale = loopback.get(url, headers={"If-None-Match": queued.headers["etag"]})
     assert stale.status_code == 200 and stale.json()["id"] == build_id
     # a missing build is still the one error shape
-    missing = httpx.get(f"{service.url}/api/builds/{build_id + 100}")
+    missing = loopback.get(f"{service.url}/api/builds/{build_id + 100}")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 
@@ -61,8 +62,8 @@ def test_the_stored_report_is_what_is_served_unless_its_revision_is_old(service:
             "UPDATE finished_reports SET body = ?, revision = ? WHERE build_id = ?",
             (marker, REPORT_REVISION - 1, recomputed),
         )
-    assert httpx.get(f"{service.url}/api/builds/{served}").json() == {"stored": True}
-    fresh = httpx.get(f"{service.url}/api/builds/{recomputed}").json()
+    assert loopback.get(f"{service.url}/api/builds/{served}").json() == {"stored": True}
+    fresh = loopback.get(f"{service.url}/api/builds/{recomputed}").json()
     assert fresh["id"] == recomputed and fresh["status"] == "finished"
     with service.db() as conn:
         (revision,) = conn.execute(
@@ -109,9 +110,9 @@ def test_a_report_is_computed_once_per_job_event_and_never_on_a_read(tmp_path: P
                 (json.dumps(stored), build_id),
             )
         for _ in range(3):
-            page = httpx.get(f"{svc.url}/builds/{build_id}")
-            junit = httpx.get(f"{svc.url}/builds/{build_id}/junit.xml")
-            api = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+            page = loopback.get(f"{svc.url}/builds/{build_id}")
+            junit = loopback.get(f"{svc.url}/builds/{build_id}/junit.xml")
+            api = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
             assert "as stored, not recomputed" in page.text
             assert api["verdict_reason"] == "as stored, not recomputed"
             assert junit.status_code == 200
@@ -139,10 +140,10 @@ def test_a_report_stored_before_the_doors_bounds_is_still_read(service: Service)
             (json.dumps(stored), build_id),
         )
         conn.execute("UPDATE stages SET reason = ?", (old,))
-    page = httpx.get(f"{service.url}/builds/{build_id}")
+    page = loopback.get(f"{service.url}/builds/{build_id}")
     assert page.status_code == 200 and "kept before the bounds" in page.text
-    junit = httpx.get(f"{service.url}/builds/{build_id}/junit.xml")
+    junit = loopback.get(f"{service.url}/builds/{build_id}/junit.xml")
     assert junit.status_code == 200 and b"kept before the bounds" in junit.content
-    api = httpx.get(f"{service.url}/api/builds/{build_id}")
+    api = loopback.get(f"{service.url}/api/builds/{build_id}")
     assert api.status_code == 200 and api.json()["jobs"][0]["stages"][0]["reason"] == old
     assert "event=stored_report_reassembled" in service.log_path.read_text()

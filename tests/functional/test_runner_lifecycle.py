@@ -9,15 +9,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import httpx
-
+from testkit import loopback
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
 
 
 def runner_state(svc: Service, name: str) -> str:
     """The state the /runners page shows for ``name``."""
-    html = httpx.get(f"{svc.url}/runners").text
+    html = loopback.get(f"{svc.url}/runners").text
     row = html.split(f'data-runner="{name}"', 1)[1].split("</tr>", 1)[0]
     for state in ("alive", "offline", "gone", "revoked"):
         if f">{state}<" in row:
@@ -40,7 +39,7 @@ def submit_commit(svc: Service) -> dict:
     with svc.http() as http:
         resp = http.post("/validate", json={"commit": "ab" * 20})
     assert resp.status_code == 202, resp.text
-    return dict(httpx.get(f"{svc.url}/api/builds/{resp.json()['build_id']}").json())
+    return dict(loopback.get(f"{svc.url}/api/builds/{resp.json()['build_id']}").json())
 
 
 def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> None:  # type: ignore[no-untyped-def]
@@ -83,7 +82,7 @@ def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_s
     assert proc.returncode == 0, err[-3000:]
     assert runner_state(svc, "term-1") == "offline"
     # registering again (a restart) makes it alive again
-    resp = httpx.post(
+    resp = loopback.post(
         f"{svc.url}/api/runners/register",
         json={"name": "term-1", "labels": {"arch": "sm_90"}},
         headers={"Authorization": f"Bearer {svc.env['FE_CI_RUNNER_TOKEN']}"},
@@ -93,7 +92,7 @@ def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_s
 
 
 def test_offline_needs_a_runner_token(module_service: Service) -> None:
-    resp = httpx.post(f"{module_service.url}/api/runners/offline")
+    resp = loopback.post(f"{module_service.url}/api/runners/offline")
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
 
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-import httpx
 import pytest
 
 from core.subjects import SUBJECTS
+from testkit import loopback
 from testkit.service import REGISTER, Service
 from testkit.wheels import make_wheel
 
@@ -27,7 +27,7 @@ def _cpu_only_build(svc: Service, tmp_path: Path) -> int:
         resp = http.post("/validate", files={"wheel": (wheel.name, fh)})
     assert resp.status_code == 202, resp.text
     build_id = int(resp.json()["build_id"])
-    reg = httpx.post(
+    reg = loopback.post(
         f"{svc.url}/api/runners/register",
         json={"name": "cpu-1", "labels": {}},
         headers={"Authorization": f"Bearer {REGISTER}"},
@@ -58,7 +58,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, i
     svc = Service(data_dir=root / "data", env=service_env(root / "data")).start()
     try:
         build_id = _cpu_only_build(svc, root)
-        report = httpx.get(f"{svc.url}/api/builds/{build_id}").json()
+        report = loopback.get(f"{svc.url}/api/builds/{build_id}").json()
         yield svc, build_id, report
     finally:
         svc.stop()
@@ -84,7 +84,7 @@ def test_the_report_lists_every_subject_that_did_not_run(built) -> None:  # type
 
 def test_junit_has_a_skipped_testcase_per_subject_not_run(built) -> None:  # type: ignore[no-untyped-def]
     svc, build_id, r = built
-    xml = httpx.get(f"{svc.url}/builds/{build_id}/junit.xml").content
+    xml = loopback.get(f"{svc.url}/builds/{build_id}/junit.xml").content
     root = ET.fromstring(xml)
     cases = {c.get("name"): c for c in root.iter("testcase")}
     reasons = {n["subject"]: n["reason"] for n in r["not_run"]}

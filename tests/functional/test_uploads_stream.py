@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from service import uploads
+from testkit import loopback
 from testkit.waiting import eventually
 from tests.helpers import (
     WHEEL_NAME,
@@ -63,7 +64,7 @@ def post_endless(
     if length is not None:
         headers["content-length"] = str(length)
     params = {"max_bytes": max_bytes} if max_bytes is not None else None
-    resp = httpx.post(server.url, params=params, content=iter(body), headers=headers, timeout=60)
+    resp = loopback.post(server.url, params=params, content=iter(body), headers=headers, timeout=60)
     return resp, body
 
 
@@ -108,7 +109,7 @@ def test_declared_content_length_over_the_limit_is_refused_before_reading(
 
 
 def test_no_wheel_field(upload_server: UploadServer) -> None:
-    resp = httpx.post(
+    resp = loopback.post(
         upload_server.url,
         data={"notes": "hello"},
         files={"file": (WHEEL_NAME, wheel_with(), "application/octet-stream")},
@@ -120,19 +121,19 @@ def test_no_wheel_field(upload_server: UploadServer) -> None:
 
 def test_two_wheel_fields(upload_server: UploadServer) -> None:
     wheel = (WHEEL_NAME, wheel_with(), "application/octet-stream")
-    resp = httpx.post(upload_server.url, files=[("wheel", wheel), ("wheel", wheel)], timeout=60)
+    resp = loopback.post(upload_server.url, files=[("wheel", wheel), ("wheel", wheel)], timeout=60)
     error = assert_refused(upload_server, resp, 400, "bad_request")
     assert "more than one 'wheel' field" in error["message"]
 
 
 def test_wheel_field_without_file_name(upload_server: UploadServer) -> None:
-    resp = httpx.post(upload_server.url, data={"wheel": "not a file"}, files={"x": ("x", b"")})
+    resp = loopback.post(upload_server.url, data={"wheel": "not a file"}, files={"x": ("x", b"")})
     error = assert_refused(upload_server, resp, 422, "bad_wheel_filename")
     assert "carries no file name" in error["message"]
 
 
 def test_not_multipart(upload_server: UploadServer) -> None:
-    resp = httpx.post(
+    resp = loopback.post(
         upload_server.url, content=wheel_with(), headers={"content-type": "application/zip"}
     )
     assert_refused(upload_server, resp, 400, "bad_request")
@@ -140,7 +141,7 @@ def test_not_multipart(upload_server: UploadServer) -> None:
 
 def test_body_without_closing_boundary(upload_server: UploadServer) -> None:
     body = multipart_head("b0undary") + wheel_with()  # no "\r\n--b0undary--"
-    resp = httpx.post(
+    resp = loopback.post(
         upload_server.url,
         content=body,
         headers={"content-type": "multipart/form-data; boundary=b0undary"},

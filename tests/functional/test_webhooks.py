@@ -8,9 +8,9 @@ import json
 import socket
 import time
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.service import SUBMIT, WEBHOOK, Service
 from testkit.waiting import eventually
 from tests.github_recorder import Call, GitHubRecorder
@@ -18,7 +18,7 @@ from tests.helpers import AFTER, push, register, send
 
 
 def builds(svc: Service) -> list[dict]:
-    return httpx.get(f"{svc.url}/api/builds").json()["items"]
+    return loopback.get(f"{svc.url}/api/builds").json()["items"]
 
 
 @pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
@@ -28,7 +28,7 @@ def test_signed_push_creates_one_build_and_redelivery_none(service: Service, for
     assert time.monotonic() - start < 1.0
     assert resp.status_code == 200, resp.text
     build_id = resp.json()["build_id"]
-    report = httpx.get(f"{service.url}/api/builds/{build_id}").json()
+    report = loopback.get(f"{service.url}/api/builds/{build_id}").json()
     assert report["source"] == "commit" and report["commit"] == AFTER
     assert report["branch"] == "develop"
     assert report["repo"] == "https://github.com/NVIDIA/cudnn-frontend.git"  # never the payload's
@@ -44,7 +44,7 @@ def test_wrong_or_missing_signature_is_refused_before_parsing(module_service: Se
     resp = send(module_service, push(), secret=None)
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
     # a body that is not even JSON is refused for its signature, not parsed
-    r = httpx.post(
+    r = loopback.post(
         f"{module_service.url}/api/webhooks/github",
         content=b"{not json",
         headers={
@@ -145,7 +145,7 @@ def test_a_replayed_push_adds_no_build_and_names_the_existing_one(service: Servi
     assert len(builds(service)) == 1
     # the same commit on another watched branch is another build; a cancelled build is rebuilt
     # when pushed again
-    httpx.post(
+    loopback.post(
         f"{service.url}/api/builds/{first['build_id']}/cancel",
         headers={"Authorization": f"Bearer {SUBMIT}"},
     ).raise_for_status()
@@ -157,7 +157,7 @@ def test_a_commit_id_with_a_trailing_newline_is_refused(module_service: Service)
     before = module_service.count("builds")
     resp = send(module_service, push(after=AFTER + "\n"), delivery="nl")
     assert resp.status_code == 400 and "40-hex" in resp.json()["error"]["message"]
-    resp = httpx.post(
+    resp = loopback.post(
         f"{module_service.url}/validate",
         json={"commit": AFTER + "\n"},
         headers={"Authorization": f"Bearer {SUBMIT}"},
@@ -192,7 +192,7 @@ def test_signed_payloads_of_the_wrong_shape_are_400_in_the_error_shape(
         "X-GitHub-Delivery": "shape",
         "X-Hub-Signature-256": "sha256=" + hmac.new(WEBHOOK.encode(), raw, "sha256").hexdigest(),
     }
-    resp = httpx.post(f"{module_service.url}/api/webhooks/github", content=raw, headers=headers)
+    resp = loopback.post(f"{module_service.url}/api/webhooks/github", content=raw, headers=headers)
     assert resp.status_code == 400, resp.text
     assert set(resp.json()["error"]) == {"code", "message", "detail"}
     assert module_service.count("builds") == before
@@ -229,9 +229,9 @@ def test_an_unsigned_body_is_refused_unread_and_a_signed_one_is_bounded(make_ser
     assert answer.startswith(b"HTTP/1.1 401"), answer
     headers = {"X-GitHub-Event": "push", "X-GitHub-Delivery": "u"}
     headers["X-Hub-Signature-256"] = "sha256=" + "0" * 64
-    resp = httpx.post(url, content=big, headers=headers)
+    resp = loopback.post(url, content=big, headers=headers)
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "payload_too_large"
-    resp = httpx.post(url, content=iter([big]), headers=headers)  # chunked: no Content-Length
+    resp = loopback.post(url, content=iter([big]), headers=headers)  # chunked: no Content-Length
     assert resp.status_code == 413
     assert builds(svc) == []
 
@@ -289,18 +289,22 @@ def test_webhook_bodies_past_the_cap_get_503_and_pages_and_signed_pushes_go_on(
         sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
         sock.sendall(webhook_head(well_formed, 500_000) + b'{"ref": "')
         held.append(sock)
-    refused = eventually(  # once both stalled deliveries hold their slots
-        lambda: send(svc, push(), delivery="third"),
+    # until both stalled deliveries hold their slots, a badly signed probe is refused as such
+    # (401) and builds nothing; once they do, it meets the limit first
+    eventually(
+        lambda: send(svc, push(), delivery="probe", secret="not-the-secret"),
         until=lambda resp: resp.status_code == 503,
         timeout=10,
         interval=0.2,
         message="a third webhook body at once to be refused",
     )
+    refused = send(svc, push(), delivery="third")
+    assert refused.status_code == 503, refused.text
     error = refused.json()["error"]
     assert error["code"] == "too_many_webhooks" and error["detail"] == {"max_webhooks": 2}
     assert refused.headers["retry-after"] == "5"
-    assert httpx.get(f"{svc.url}/healthz").status_code == 200
-    assert httpx.get(f"{svc.url}/").status_code == 200
+    assert loopback.get(f"{svc.url}/healthz").status_code == 200
+    assert loopback.get(f"{svc.url}/").status_code == 200
     assert builds(svc) == []
     for sock in held:
         sock.close()
