@@ -31,7 +31,6 @@ from core.wire import (
     Status,
 )
 from runner import (
-    bytecode,
     candidate,
     compile_cache,
     compile_keys,
@@ -190,9 +189,6 @@ class Pipeline:
         if result.status in ERRORED:
             return result
         doc = self._extra.get(Stage.probe, {})
-        if not self.opts.preinstalled:  # the job's own environment: its later stages reuse it
-            site = envs.CandidateEnv(self.python.parent.parent).site_packages()
-            bytecode.compile_imported(site, doc.get("imported"))
         self.result.capabilities = dict(result.capabilities)
         self.result.version = result.version
         env = doc.get("environment") or {}

@@ -103,7 +103,6 @@ class ProbeDoc(StageDoc):
     features: dict[str, bool | None]
     environment: dict[str, Any]
     unread: list[str]
-    imported: NotRequired[list[str]]  # the package's sources it imported (runner/bytecode.py)
 
 
 class NumericsDoc(TypedDict):

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import os
 import platform
 import re
-import sys
 from typing import Any
 
 from core.subjects import FEATURES, SUBJECTS, Feature, Subject
@@ -37,7 +35,6 @@ from runner.inside.introspect import Absent, ImportFailed, describe, read_parame
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 MESSAGE_CHARS = 1000  # of an exception the candidate raised, in a finding or a reason
-MAX_IMPORTED = 5000  # the runner compiles no more (runner/bytecode.py)
 
 
 def _first_entry_point(paths: list[str]) -> tuple[str, Any]:
@@ -203,25 +200,6 @@ def environment(cudnn: Any | None) -> tuple[dict[str, Any], list[str]]:
     return env, unread
 
 
-def imported(cudnn: Any) -> list[str]:
-    """The cudnn package's source files this process imported, relative to the directory that
-    holds the package: the modules every later stage imports too, which the runner compiles once
-    for the job (``runner/bytecode.py``)."""
-    where = getattr(cudnn, "__file__", None)
-    if not isinstance(where, str):
-        return []
-    package = os.path.dirname(os.path.abspath(where))
-    site = os.path.dirname(package)
-    found = set()
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path.endswith(".py"):
-            path = os.path.abspath(path)
-            if path.startswith(package + os.sep):
-                found.add(os.path.relpath(path, site).replace(os.sep, "/"))
-    return sorted(found)[:MAX_IMPORTED]
-
-
 def _check(name: str, status: str, detail: str, metrics: dict[str, Any] | None = None) -> CheckDoc:
     return {"name": name, "status": status, "detail": detail, "metrics": metrics or {}}
 
@@ -308,7 +286,6 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
         "features": features,
         "environment": env,
         "unread": unread,
-        "imported": imported(cudnn) if cudnn is not None else [],
     }
 
 
