@@ -37,9 +37,12 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     return built
 
 
-@pytest.fixture
-def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
-    zs = zygotes.Zygotes(tmp_path / "zygotes")
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zygotes.Zygotes]:
+    """One pool for the module, as a runner keeps one: its zygote (torch and the DSL imported, a
+    few seconds of CPU to start) serves every test that only forks stages from it. A test counts
+    the forks it made; one that kills the zygote leaves the pool to start the next."""
+    zs = zygotes.Zygotes(tmp_path_factory.mktemp("zygotes"))
     yield zs
     zs.close()
 
@@ -71,6 +74,7 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
 ) -> None:
     z = pool.get(layer)
     assert z is not None and z.preloaded["torch"] == "ok", z and z.preloaded
+    forks = z.forks
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -111,7 +115,7 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
     assert after is not None and after.ok and "[] False" in after.log_tail, (
         after
     )  # fresh /tmp, /dev/shm
-    assert z.forks == 2
+    assert z.forks == forks + 2
 
 
 def test_a_setsid_daemon_of_a_stage_dies_with_the_stage(
@@ -160,18 +164,6 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     assert z.alive() and pool.get(layer) is z
 
 
-def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
-    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
-) -> None:
-    z = pool.get(layer)
-    assert z is not None
-    os.killpg(z.proc.pid, signal.SIGKILL)
-    z.proc.wait()
-    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
-    again = pool.get(layer)
-    assert again is not None and again is not z and again.alive()
-
-
 def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
     pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
 ) -> None:
@@ -190,6 +182,9 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
         assert pipe.install(wheel).status == Status.pass_
         return pipe
 
+    served = pool.get(layer)
+    assert served is not None
+    forks = served.forks
     plain = build("plain", None)
     warm = build("warm", pool)
     answers = []
@@ -200,7 +195,21 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
         answers.append((probe.capabilities, [r.model_dump() for r in refusal.refusal]))
     assert answers[0] == answers[1]
     (z,) = pool._live.values()
-    assert z.forks == 2  # the warm build's probe and refusal, not the plain one's
+    assert z is served and z.forks == forks + 2  # the warm build's probe and refusal only
+
+
+def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
+    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+) -> None:
+    """It kills the module's zygote: placed after the other tests that fork from it, so that they
+    share one (each passes in any order; the pool starts whichever zygote a test needs)."""
+    z = pool.get(layer)
+    assert z is not None
+    os.killpg(z.proc.pid, signal.SIGKILL)
+    z.proc.wait()
+    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
+    again = pool.get(layer)
+    assert again is not None and again is not z and again.alive()
 
 
 def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
