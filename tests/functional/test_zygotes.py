@@ -40,8 +40,8 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zygotes.Zygotes]:
     """One pool for the module, as a runner keeps one: its zygote (torch and the DSL imported, a
-    few seconds of CPU to start) serves every test that only forks stages from it. A test counts
-    the forks it made; one that kills the zygote leaves the pool to start the next."""
+    few seconds of CPU to start) serves every test that forks stages from it. Each test counts
+    the forks it made, and none kills it: each passes alone and in any order."""
     zs = zygotes.Zygotes(tmp_path_factory.mktemp("zygotes"))
     yield zs
     zs.close()
@@ -164,6 +164,24 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     assert z.alive() and pool.get(layer) is z
 
 
+def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
+    layer: layers.Layer, tmp_path: Path
+) -> None:
+    """A pool of its own, whose zygotes preload nothing: how one dies and is replaced does not
+    depend on what it imported, and the module's warm zygote serves on."""
+    pool = zygotes.Zygotes(tmp_path / "zygotes", preload=())
+    try:
+        z = pool.get(layer)
+        assert z is not None
+        os.killpg(z.proc.pid, signal.SIGKILL)
+        z.proc.wait()
+        assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
+        again = pool.get(layer)
+        assert again is not None and again is not z and again.alive()
+    finally:
+        pool.close()
+
+
 def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
     pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
 ) -> None:
@@ -198,21 +216,8 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
     assert z is served and z.forks == forks + 2  # the warm build's probe and refusal only
 
 
-def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
-    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
-) -> None:
-    """It kills the module's zygote: placed after the other tests that fork from it, so that they
-    share one (each passes in any order; the pool starts whichever zygote a test needs)."""
-    z = pool.get(layer)
-    assert z is not None
-    os.killpg(z.proc.pid, signal.SIGKILL)
-    z.proc.wait()
-    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
-    again = pool.get(layer)
-    assert again is not None and again is not z and again.alive()
-
-
 def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
+    """The runner's zygote preloads nothing: what it imported has no part in how it dies."""
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
@@ -220,7 +225,7 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
         f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
         f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
         "timeout_s=900)\n"
-        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer)\n"
+        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r}), preload=()).get(layer)\n"
         "print(z.proc.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
