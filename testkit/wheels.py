@@ -33,8 +33,13 @@ def dist_info(version: str) -> str:
     return f"{DIST}-{version}.dist-info"
 
 
-def metadata(version: str, name: str = "nvidia-cudnn-frontend") -> bytes:
-    return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+def metadata(
+    version: str, name: str = "nvidia-cudnn-frontend", requires: tuple[str, ...] = ()
+) -> bytes:
+    """METADATA of ``name==version``, declaring ``requires`` as its ``Requires-Dist`` lines."""
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+    lines += [f"Requires-Dist: {req}\n" for req in requires]
+    return "".join(lines).encode()
 
 
 def record_line(name: str, data: bytes) -> str:
@@ -55,21 +60,28 @@ def wheel_bytes(members: Mapping[str, bytes], *, record: str | None = None) -> b
     return buf.getvalue()
 
 
-def frontend_members(version: str, init_py: str) -> dict[str, bytes]:
-    """The members of a minimal frontend wheel: ``cudnn/__init__.py``, METADATA and WHEEL."""
+def frontend_members(
+    version: str, init_py: str, requires: tuple[str, ...] = ()
+) -> dict[str, bytes]:
+    """The members of a minimal frontend wheel: ``cudnn/__init__.py``, METADATA (declaring
+    ``requires``) and WHEEL."""
     info = dist_info(version)
     return {
         "cudnn/__init__.py": init_py.encode(),
-        f"{info}/METADATA": metadata(version),
+        f"{info}/METADATA": metadata(version, requires=requires),
         f"{info}/WHEEL": WHEEL_FILE,
     }
 
 
-def make_wheel(dest_dir: Path, version: str, init_py: str) -> Path:
-    """An installable frontend wheel of ``version`` in ``dest_dir``; ``cudnn`` is ``init_py``."""
+def make_wheel(
+    dest_dir: Path, version: str, init_py: str, *, requires: tuple[str, ...] = ()
+) -> Path:
+    """An installable frontend wheel of ``version`` in ``dest_dir``; ``cudnn`` is ``init_py``,
+    and ``requires`` (real distributions of the package index) its declared dependencies."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / wheel_name(version)
-    path.write_bytes(wheel_bytes(frontend_members(version, init_py), record=dist_info(version)))
+    members = frontend_members(version, init_py, requires)
+    path.write_bytes(wheel_bytes(members, record=dist_info(version)))
     return path
 
 

@@ -6,12 +6,21 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.wire import Stage
-from runner import candidate, compile_cache, compile_keys, jail, pipeline, pipeline_options
+from runner import (
+    candidate,
+    compile_cache,
+    compile_keys,
+    jail,
+    pipeline,
+    pipeline_options,
+    zygotes,
+)
 from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
@@ -138,15 +147,25 @@ if _d:
 """
 
 
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
+    """The runner's warm parents: the builds' probes are forks of one, torch already imported."""
+    zs = zygotes.Zygotes(tmp_path / "zygotes")
+    yield zs
+    zs.close()
+
+
 @pytest.mark.skipif(
     not jail.mechanism().uid_drop,
     reason="needs a runner that is root: only then does the candidate run as the job's uid",
 )
 def test_a_candidate_cannot_write_an_entry_it_did_not_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: zygotes.Zygotes
 ) -> None:
     """A fake candidate (its ``cudnn`` is hostile code, run at import in the determinism stage)
-    attacks the cache through three builds of the same sources; the stages really run sandboxed."""
+    attacks the cache through three builds of the same sources; the stages really run sandboxed,
+    installed the warm way a runner installs them (on a layer: the wheel declares torch alone, the
+    host's), their probes forked from the layer's zygote."""
     for name in candidate.RUNNER_OWNED_ENV:
         monkeypatch.delenv(name, raising=False)
     root = tmp_path / "cache"
@@ -158,13 +177,15 @@ def test_a_candidate_cannot_write_an_entry_it_did_not_write(
     store.publish("zz-other-key", other_stage)
     shutil.rmtree(other_stage)
     other = store.published("zz-other-key") / "x.bin"
-    wheel = make_wheel(tmp_path / "wheels", "1.32.0", HOSTILE.replace("OTHER_ENTRY", str(other)))
+    hostile = HOSTILE.replace("OTHER_ENTRY", str(other))
+    wheel = make_wheel(tmp_path / "wheels", "1.32.0", hostile, requires=("torch",))
 
     def build(n: int) -> str:
         opts = pipeline_options.Options(
             stages=[Stage.determinism],
             work_dir=tmp_path / f"job{n}",
-            layers_dir=None,
+            layers_dir=tmp_path / "layers",
+            zygotes=pool,
             compile_cache_dir=root,
             family="sm_90",
             gpu="NVIDIA H200",

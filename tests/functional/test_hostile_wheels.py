@@ -15,13 +15,14 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.wire import Stage, Status
 from runner import jail, pipeline, pipeline_options
-from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service
+from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
 from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
 from tests.helpers import processes_with, report, submit_wheel
@@ -74,6 +75,18 @@ if planted:
 """
 
 
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One service for the module (a start is about 1.5 s of CPU), holding every secret a runner
+    could leak. Each test submits its own builds, and its ``--once`` runners take exactly those:
+    the queue is empty again when a test that passed ends."""
+    data = tmp_path_factory.mktemp("hostile") / "data"
+    env = service_env(data, FE_CI_GITHUB_TOKEN=GITHUB, FE_CI_ADMIN_TOKEN=ADMIN)
+    service = Service(data_dir=data, env=env).start()
+    yield service
+    service.stop()
+
+
 def run_once(svc: Service, name: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "runner.cli", "runner", "--once"],
@@ -92,9 +105,8 @@ def errors(r: dict[str, object]) -> list[str]:
 
 
 def test_a_wheel_looking_for_secrets_finds_none_and_its_report_holds_none(
-    make_service, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    svc: Service = make_service(FE_CI_GITHUB_TOKEN=GITHUB, FE_CI_ADMIN_TOKEN=ADMIN)
+    svc: Service, tmp_path: Path
+) -> None:
     tokens = svc.data_dir / "tokens.env"
     if not tokens.exists():  # the tokens file a local runner reads, as a first start writes it
         tokens.write_text(f"FE_CI_RUNNER_TOKEN={REGISTER}\n")
@@ -125,9 +137,8 @@ def test_a_wheel_looking_for_secrets_finds_none_and_its_report_holds_none(
 
 
 def test_a_setsid_daemon_dies_with_its_stage_and_a_later_build_is_untouched(
-    make_service, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    svc: Service = make_service()
+    svc: Service, tmp_path: Path
+) -> None:
     jobs = Path(svc.env["FE_CI_CACHE_DIR"]) / "jobs"
     token = "6007.0201"  # the daemon's marker on its command line
     hostile = make_wheel(tmp_path / "hostile", "1.32.0", DAEMON.format(jobs=str(jobs), token=token))
@@ -152,8 +163,7 @@ def test_a_setsid_daemon_dies_with_its_stage_and_a_later_build_is_untouched(
     assert not jobs.exists() or not list(jobs.rglob("planted"))
 
 
-def test_the_data_dir_is_the_services_alone(make_service) -> None:  # type: ignore[no-untyped-def]
-    svc: Service = make_service()
+def test_the_data_dir_is_the_services_alone(svc: Service) -> None:
     assert stat.S_IMODE(svc.data_dir.stat().st_mode) == 0o700
     db = svc.data_dir / "fe-ci.sqlite3"
     for path in [db, *db.parent.glob("fe-ci.sqlite3-*")]:

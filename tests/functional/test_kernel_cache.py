@@ -1,19 +1,25 @@
 """Compiled kernels keyed on their sources, and who may publish under that key.
 
 The runner's pipeline runs for real (install, sandbox, the determinism stage, the compile cache's
-store); the candidates are constructed frontend wheels whose ``cudnn`` package, imported by the
-stage, behaves as the CuTe DSL does: it names a compiled kernel by a digest of its source, reads
-it from the cache directory when it is there, and compiles (writes) it when it is not. A double,
-because the real kernels compile in minutes on this 2-core host; ``test_subjects.py`` compiles the
-real ones for sm_100a. The service's side (who is trusted) runs through a real service.
+store), the warm way a long-running runner runs it: each build installed on a dependency layer
+(the candidates declare torch alone, the host's, so the layer holds nothing of its own) and its
+probe forked from the layer's zygote. The candidates are constructed frontend wheels whose
+``cudnn`` package, imported by the stage, behaves as the CuTe DSL does: it names a compiled
+kernel by a digest of its source, reads it from the cache directory when it is there, and
+compiles (writes) it when it is not. A double, because the real kernels compile in minutes on
+this 2-core host; ``test_subjects.py`` compiles the real ones for sm_100a. The service's side
+(who is trusted) runs through a real service.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from core.wire import Stage
-from runner import pipeline, pipeline_options
+from runner import pipeline, pipeline_options, zygotes
 from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import dist_info, frontend_members, wheel_bytes, wheel_name
@@ -41,7 +47,7 @@ def candidate(dest: Path, label: str, kernel: str = KERNEL, readme: str = "docs\
     """A frontend wheel: the compiler above, a kernel source, a native extension that says which
     build it is (a C++ change gives every commit a new one) and prose."""
     version = "1.32.0"
-    members = frontend_members(version, COMPILER)
+    members = frontend_members(version, COMPILER, ("torch",))
     members["cudnn/kernels/attention.py"] = kernel.encode()
     members["cudnn/_compiled_module.so"] = label.encode()
     members["cudnn/README.md"] = readme.encode()
@@ -51,12 +57,21 @@ def candidate(dest: Path, label: str, kernel: str = KERNEL, readme: str = "docs\
     return path
 
 
-def run(root: Path, work: Path, wheel: Path, *, trusted: bool) -> str:
+@pytest.fixture
+def pool(cache_dir: str) -> Iterator[zygotes.Zygotes]:
+    """The runner's warm parents: the builds' probes are forks of one, torch already imported."""
+    zs = zygotes.Zygotes(Path(cache_dir) / "zygotes")
+    yield zs
+    zs.close()
+
+
+def run(root: Path, work: Path, wheel: Path, *, trusted: bool, pool: zygotes.Zygotes) -> str:
     """One determinism stage of ``wheel`` against the cache at ``root``: its reason."""
     opts = pipeline_options.Options(
         stages=[Stage.determinism],
         work_dir=work,
-        layers_dir=None,
+        layers_dir=root.parent / "layers",
+        zygotes=pool,
         compile_cache_dir=root,
         family="sm_90",
         gpu="NVIDIA H200",
@@ -81,34 +96,40 @@ def by_source(root: Path) -> list[Path]:
 
 
 def test_kernels_are_shared_by_source_and_only_trusted_builds_publish_there(
-    cache_dir: str,
+    cache_dir: str, pool: zygotes.Zygotes
 ) -> None:
     root, work = Path(cache_dir) / "compile-cache", Path(cache_dir) / "jobs"
     changed = KERNEL.replace("pass", "return 1")
     # a develop commit, built by the builder: compiles, publishes under both keys
-    run(root, work / "a", candidate(work / "wa", "commit-a"), trusted=True)
+    run(root, work / "a", candidate(work / "wa", "commit-a"), trusted=True, pool=pool)
     assert seen(root, "commit-a")[0] == "compiled"
     (shared,) = by_source(root)
     assert [p.name for p in (shared / "cute").glob("kernel-*")]
     # the next commit changed only C++ and docs: a new whole-candidate key, the same sources
     reason = run(
-        root, work / "b", candidate(work / "wb", "commit-b", readme="more\n"), trusted=True
+        root,
+        work / "b",
+        candidate(work / "wb", "commit-b", readme="more\n"),
+        trusted=True,
+        pool=pool,
     )
     assert seen(root, "commit-b")[0] == "reused, compiled by commit-a"
     assert "by kernel sources src-" in reason and "(0 by kernel sources" not in reason
     # an upload with other kernel sources compiles, and publishes under its own key only
-    reason = run(root, work / "u", candidate(work / "wu", "upload-u", changed), trusted=False)
+    reason = run(
+        root, work / "u", candidate(work / "wu", "upload-u", changed), trusted=False, pool=pool
+    )
     text, keys = seen(root, "upload-u")
     assert text == "compiled" and len(keys) == 1 and not keys[0].startswith("src-")
     assert "kernel sources' key" not in reason
     assert by_source(root) == [shared]  # nothing under its sources' key
     # a commit with the upload's kernel sources does not get the upload's kernel: it compiles
-    run(root, work / "c", candidate(work / "wc", "commit-c", changed), trusted=True)
+    run(root, work / "c", candidate(work / "wc", "commit-c", changed), trusted=True, pool=pool)
     assert seen(root, "commit-c")[0] == "compiled"
     assert len(by_source(root)) == 2
     # an upload of the first commit's sources reads the shared kernel, and adds nothing there
     before = sorted(p.name for p in (shared / "cute").iterdir())
-    run(root, work / "u2", candidate(work / "wu2", "upload-u2"), trusted=False)
+    run(root, work / "u2", candidate(work / "wu2", "upload-u2"), trusted=False, pool=pool)
     text, keys = seen(root, "upload-u2")
     assert text == "reused, compiled by commit-a" and not any(k.startswith("src-") for k in keys)
     assert sorted(p.name for p in (shared / "cute").iterdir()) == before

@@ -1,18 +1,19 @@
 """Dependency layers: the warm install path (runner/layers.py, runner/envs.py ``install_warm``).
 
-Real registry wheels (1.27.0 and 1.32.0, testkit/registry.py), real venvs, the real installer (uv
-where present, else pip) with the host's torch kept out of its hands.
+Real registry wheels (1.27.0 and 1.32.0, testkit/registry.py) where a test is about the
+frontend's own dependency sets; where it is about the layer's machinery (its lock, the pip
+fallback, what makes a layer unusable) a constructed frontend wheel (testkit/wheels.py) that
+requires one small real distribution of the package index, whose layer builds in about a second
+where the DSL's takes ten. Real venvs, the real installer (uv where present, else pip) with the
+host's torch kept out of its hands.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import re
 import threading
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,11 @@ import pytest
 from core.wire import Stage, Status
 from runner import envs, layers, pipeline, pipeline_options, warm_install
 from testkit.registry import candidate_env, registry_wheel
+from testkit.wheels import make_wheel
 
 pytestmark = pytest.mark.slow  # builds real dependency layers from registry wheels
+
+SMALL = "termcolor"  # pure Python, no dependencies of its own, on neither the host nor the runner
 
 
 def _opts(work: Path, layers_dir: Path | None, **kw: object) -> pipeline_options.Options:
@@ -45,30 +49,14 @@ def _built(layers_dir: Path) -> list[Path]:
     return sorted(p for p in layers_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _with_requirement(src: Path, line: str, dest_dir: Path) -> Path:
-    """A copy of wheel ``src`` whose METADATA declares one more ``Requires-Dist``."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / src.name
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
-        names = zin.namelist()
-        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
-        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
-        text = zin.read(meta).decode()
-        head, sep, body = text.partition("\n\n")
-        data = f"{head}\nRequires-Dist: {line}{sep}{body}".encode()
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        rows = [
-            f"{meta},sha256={digest},{len(data)}" if r.startswith(f"{meta},") else r
-            for r in zin.read(record).decode().splitlines()
-        ]
-        for info in zin.infolist():
-            if info.filename == meta:
-                zout.writestr(info, data)
-            elif info.filename == record:
-                zout.writestr(info, "\n".join(rows) + "\n")
-            else:
-                zout.writestr(info, zin.read(info))
-    return dest
+def _small_wheel(dest_dir: Path, *requires: str) -> Path:
+    """A frontend wheel whose dependency set is ``SMALL`` (and ``requires``): its layer is real,
+    built by the real installer from the index, and small."""
+    return make_wheel(dest_dir, "1.32.0", "", requires=(SMALL, *requires))
+
+
+def _dists(layer: Path) -> list[str]:
+    return list(json.loads((layer / "layer.json").read_text())["dists"])
 
 
 def _layer_named(pipe: pipeline.Pipeline, layers_dir: Path, verb: str) -> Path:
@@ -120,16 +108,17 @@ def test_a_different_dependency_set_gets_a_different_layer(
     assert any("torch-c-dlpack-ext" in r for r in reqs[0] + reqs[1])  # 1.27.0's cutedsl extra
     assert reqs[0] != reqs[1]
     for p in built:  # the candidate is never in a layer, nor a torch of its own
-        dists = json.loads((p / "layer.json").read_text())["dists"]
+        dists = _dists(p)
         assert "nvidia-cudnn-frontend" not in dists and "torch" not in dists
         assert not list(p.rglob("cudnn/__init__.py"))
 
 
 def test_a_layer_holding_the_frontend_is_refused(tmp_path: Path) -> None:
-    wheel = registry_wheel("1.32.0")
+    wheel = _small_wheel(tmp_path / "wheel")
     layers_dir = tmp_path / "layers"
     _install(tmp_path, "job1", wheel, layers_dir)
     [layer] = _built(layers_dir)
+    assert SMALL in _dists(layer)
     site = next(layer.glob("venv/lib/python*/site-packages"))
     os.chmod(site, 0o755)
     (site / "nvidia_cudnn_frontend-1.0.0.dist-info").mkdir()  # planted: another build's files
@@ -144,7 +133,7 @@ def test_a_layer_holding_the_frontend_is_refused(tmp_path: Path) -> None:
 def test_a_dependency_conflict_with_the_host_torch_is_still_caught(tmp_path: Path) -> None:
     torch = envs.host_torch()
     assert torch is not None
-    wheel = _with_requirement(registry_wheel("1.32.0"), "torch>=99", tmp_path / "wheel")
+    wheel = _small_wheel(tmp_path / "wheel", "torch>=99")
     layers_dir = tmp_path / "layers"
     pipe = pipeline.Pipeline(_opts(tmp_path / "job", layers_dir))
     result = pipe.install(wheel)
@@ -191,13 +180,15 @@ def test_markers_and_extras_decide_the_dependency_set() -> None:
 
 
 def test_two_runners_building_the_same_layer_build_it_once(tmp_path: Path) -> None:
-    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
+    meta = envs.read_wheel_metadata(_small_wheel(tmp_path / "wheel"))
     layers_dir = tmp_path / "layers"
     got: list[layers.Layer | None] = []
     errors: list[BaseException] = []
+    together = threading.Barrier(2)  # both ask before either could have finished
 
     def build() -> None:
         try:
+            together.wait()
             got.append(warm_install.ensure_layer(meta, layers_dir=layers_dir, timeout_s=900))
         except BaseException as exc:
             errors.append(exc)
@@ -217,10 +208,14 @@ def test_without_uv_the_layer_is_built_by_pip(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(envs, "find_uv", lambda: None)
-    first = _install(tmp_path, "job1", registry_wheel("1.32.0"), tmp_path / "layers")
+    wheel = _small_wheel(tmp_path / "wheel")
+    first = _install(tmp_path, "job1", wheel, tmp_path / "layers")
     reason = first.result.stages[0].reason
     assert "by pip" in reason and "dependency layer" in reason, reason
-    second = _install(tmp_path, "job2", registry_wheel("1.32.0"), tmp_path / "layers")
+    layer = _layer_named(first, tmp_path / "layers", "built")
+    assert json.loads((layer / "layer.json").read_text())["spec"]["installer"] == "pip"
+    assert SMALL in _dists(layer)
+    second = _install(tmp_path, "job2", wheel, tmp_path / "layers")
     assert "reused" in second.result.stages[0].reason
 
 

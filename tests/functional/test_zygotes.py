@@ -37,9 +37,12 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     return built
 
 
-@pytest.fixture
-def pool(tmp_path: Path) -> Iterator[zygotes.Zygotes]:
-    zs = zygotes.Zygotes(tmp_path / "zygotes")
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zygotes.Zygotes]:
+    """One pool for the module, as a runner keeps one: its zygote (torch and the DSL imported, a
+    few seconds of CPU to start) serves every test that forks stages from it. Each test counts
+    the forks it made, and none kills it: each passes alone and in any order."""
+    zs = zygotes.Zygotes(tmp_path_factory.mktemp("zygotes"))
     yield zs
     zs.close()
 
@@ -71,6 +74,7 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
 ) -> None:
     z = pool.get(layer)
     assert z is not None and z.preloaded["torch"] == "ok", z and z.preloaded
+    forks = z.forks
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -111,7 +115,7 @@ def test_a_forked_stage_is_sandboxed_and_sees_its_request(
     assert after is not None and after.ok and "[] False" in after.log_tail, (
         after
     )  # fresh /tmp, /dev/shm
-    assert z.forks == 2
+    assert z.forks == forks + 2
 
 
 def test_a_setsid_daemon_of_a_stage_dies_with_the_stage(
@@ -161,15 +165,21 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
 
 
 def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
-    pool: zygotes.Zygotes, layer: layers.Layer, tmp_path: Path
+    layer: layers.Layer, tmp_path: Path
 ) -> None:
-    z = pool.get(layer)
-    assert z is not None
-    os.killpg(z.proc.pid, signal.SIGKILL)
-    z.proc.wait()
-    assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
-    again = pool.get(layer)
-    assert again is not None and again is not z and again.alive()
+    """A pool of its own, whose zygotes preload nothing: how one dies and is replaced does not
+    depend on what it imported, and the module's warm zygote serves on."""
+    pool = zygotes.Zygotes(tmp_path / "zygotes", preload=())
+    try:
+        z = pool.get(layer)
+        assert z is not None
+        os.killpg(z.proc.pid, signal.SIGKILL)
+        z.proc.wait()
+        assert _run(z, tmp_path, "late", "print('never')\n") is None  # the caller spawns instead
+        again = pool.get(layer)
+        assert again is not None and again is not z and again.alive()
+    finally:
+        pool.close()
 
 
 def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
@@ -190,6 +200,9 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
         assert pipe.install(wheel).status == Status.pass_
         return pipe
 
+    served = pool.get(layer)
+    assert served is not None
+    forks = served.forks
     plain = build("plain", None)
     warm = build("warm", pool)
     answers = []
@@ -200,10 +213,11 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
         answers.append((probe.capabilities, [r.model_dump() for r in refusal.refusal]))
     assert answers[0] == answers[1]
     (z,) = pool._live.values()
-    assert z.forks == 2  # the warm build's probe and refusal, not the plain one's
+    assert z is served and z.forks == forks + 2  # the warm build's probe and refusal only
 
 
 def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
+    """The runner's zygote preloads nothing: what it imported has no part in how it dies."""
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
@@ -211,7 +225,7 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
         f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
         f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
         "timeout_s=900)\n"
-        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r})).get(layer)\n"
+        f"z = zygotes.Zygotes(Path({str(tmp_path / 'zygotes')!r}), preload=()).get(layer)\n"
         "print(z.proc.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
