@@ -30,11 +30,21 @@ def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProces
     )
 
 
-@pytest.mark.parametrize(
-    "command", ["", "serve", "runner", "submit", "validate", "configs", "bisect"]
-)
-def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path) -> None:
-    proc = fe_ci(*([command] if command else []), "--help", cwd=tmp_path)
+COMMANDS = ("serve", "runner", "submit", "validate", "configs", "bisect")
+
+
+@pytest.fixture(scope="module")
+def helps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Each command's ``--help`` (and the program's), asked once for the module's tests."""
+    cwd = tmp_path_factory.mktemp("help")
+    return {c: fe_ci(*([c] if c else []), "--help", cwd=cwd) for c in ("", *COMMANDS)}
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_help_is_whole_and_plain_outside_a_terminal(
+    command: str, helps: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    proc = helps[command]
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "…" not in text, text  # nothing cut short
@@ -49,9 +59,11 @@ def test_help_is_whole_and_plain_outside_a_terminal(command: str, tmp_path: Path
         assert "4  bad input" in text and "2  inconclusive or incomplete" in text
 
 
-def test_every_option_of_every_command_has_help(tmp_path: Path) -> None:
-    for command in ("serve", "runner", "submit", "validate", "configs", "bisect"):
-        text = fe_ci(command, "--help", cwd=tmp_path).stdout
+def test_every_option_of_every_command_has_help(
+    helps: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    for command in COMMANDS:
+        text = helps[command].stdout
         options = text.split("Options:", 1)[1]
         for line in options.splitlines():
             if line.strip().startswith("--"):
@@ -60,8 +72,10 @@ def test_every_option_of_every_command_has_help(tmp_path: Path) -> None:
                 assert re.match(r"\s+--[a-z][a-z0-9-]*( [A-Z]+)?\s{2,}\S", line), (command, line)
 
 
-def test_submit_help_names_its_environment(tmp_path: Path) -> None:
-    text = fe_ci("submit", "--help", cwd=tmp_path).stdout
+def test_submit_help_names_its_environment(
+    helps: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    text = helps["submit"].stdout
     assert "FE_CI_URL" in text and "FE_CI_SUBMIT_TOKEN" in text
 
 

@@ -182,7 +182,7 @@ def test_unmodified_releases_match_the_ledger(probes: dict, version: str) -> Non
 
 
 @slow
-def test_missing_dependencies_are_import_errors_not_absence(tmp_path: Path) -> None:
+def test_missing_dependencies_are_import_errors_not_absence(tmp_path: Path, probes: dict) -> None:
     """1.32.0's own files without its dependencies (no torch, no CUDA python, no CUTLASS DSL)."""
     unpacked = tmp_path / "wheel"
     with zipfile.ZipFile(registry_wheel("1.32.0")) as zf:
@@ -202,7 +202,7 @@ def test_missing_dependencies_are_import_errors_not_absence(tmp_path: Path) -> N
     assert ledger.ledger_findings(doc["version"], doc["features"]) == []
     assert any("grouped_gemm_dsrelu.deterministic" in u for u in doc["unread"])
     # the service turns these into errors when the previous build of the line imported them
-    previous = caps(run_probe(candidate_env("1.32.0").python, tmp_path))
+    previous = caps(probes["1.32.0"])
     findings = StageResult.model_validate({"name": "probe", **doc}).findings
     upgraded = regression.upgrade_import_errors(findings, previous)
     assert {f.severity for f in upgraded if f.kind == "import_error"} == {Severity.error}

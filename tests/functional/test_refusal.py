@@ -74,6 +74,43 @@ def stage(version: str, family: str | None = None) -> dict[str, Any]:
     return doc
 
 
+@functools.cache
+def in_one_process() -> dict[str, Any]:
+    """Two calls of ``refusal.run`` in one 1.32.0 interpreter (one start of torch and the DSL, not
+    two): first with a determinism hook, from the process's own state (neither the flag nor the
+    variable set, so a row's request can only be the stage's); then from a caller that set both,
+    whose state must be as it was afterwards."""
+    out = _python(
+        "1.32.0",
+        """
+        import json, os, torch
+        from runner.inside import consumer, refusal
+        assert "NVTE_ALLOW_NONDETERMINISTIC_ALGO" not in os.environ
+        assert not torch.are_deterministic_algorithms_enabled()
+        seen = []
+        def harness(step):
+            seen.append([step.activation, step.fc1_bias, consumer.determinism_requested()])
+            return {"status": "fail" if step.activation == "swiglu" else "pass", "detail": "x"}
+        doc = refusal.run({}, determinism=harness)
+        det = [r for r in doc["refusal"] if r["observed"] == "deterministic"]
+        hook = {"seen": seen, "status": doc["status"],
+                "row_status": sorted({(r["activation"], r["status"]) for r in det})}
+        os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "1"
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        doc = refusal.run({})
+        restored = {
+            "status": doc["status"],
+            "env": os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO"),
+            "flag": torch.are_deterministic_algorithms_enabled(),
+            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        }
+        print(json.dumps({"hook": hook, "restored": restored}))
+        """,
+    )
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
 def rows(version: str, **match: Any) -> list[dict[str, Any]]:
     found = [r for r in stage(version)["refusal"] if all(r[k] == v for k, v in match.items())]
     assert found, match
@@ -190,23 +227,7 @@ def test_each_row_sets_the_request_it_names_with_warn_only(version: str) -> None
 
 
 def test_the_callers_flag_and_variable_are_restored() -> None:
-    out = _python(
-        "1.32.0",
-        """
-        import json, os, torch
-        from runner.inside import refusal
-        os.environ["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "1"
-        torch.use_deterministic_algorithms(True, warn_only=False)
-        doc = refusal.run({})
-        print(json.dumps({
-            "status": doc["status"],
-            "env": os.environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO"),
-            "flag": torch.are_deterministic_algorithms_enabled(),
-            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        }))
-        """,
-    )
-    got = json.loads(out.strip().splitlines()[-1])
+    got = in_one_process()["restored"]
     assert got == {"status": "pass", "env": "1", "flag": True, "warn_only": False}
 
 
@@ -221,22 +242,7 @@ def test_sm_100_without_the_harness_says_the_deterministic_rows_were_not_run() -
 
 
 def test_the_determinism_hook_gets_the_deterministic_rows_under_their_request() -> None:
-    out = _python(
-        "1.32.0",
-        """
-        import json, torch
-        from runner.inside import consumer, refusal
-        seen = []
-        def harness(step):
-            seen.append([step.activation, step.fc1_bias, consumer.determinism_requested()])
-            return {"status": "fail" if step.activation == "swiglu" else "pass", "detail": "x"}
-        doc = refusal.run({}, determinism=harness)
-        det = [r for r in doc["refusal"] if r["observed"] == "deterministic"]
-        print(json.dumps({"seen": seen, "status": doc["status"],
-                          "row_status": sorted({(r["activation"], r["status"]) for r in det})}))
-        """,
-    )
-    got = json.loads(out.strip().splitlines()[-1])
+    got = in_one_process()["hook"]
     assert len(got["seen"]) == 12  # 8 srelu + 4 swiglu deterministic rows on 1.32.0
     assert all(requested_then for _, _, requested_then in got["seen"])
     assert got["status"] == "fail"

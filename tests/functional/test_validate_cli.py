@@ -263,12 +263,15 @@ def test_a_repro_line_runs_and_selects_what_it_says(tmp_path: Path) -> None:
 
 
 def test_require_gates_the_exit_while_the_verdict_stays_incomplete(tmp_path: Path) -> None:
-    """On this CPU-only host no subject's determinism can run: the verdict is incomplete, yet
-    requiring probe and refusal exits 0; without --require the same kind of run exits 2."""
+    """A run of the stages a CPU-only host can run: the verdict is incomplete (the determinism
+    of no subject ran), yet requiring probe and refusal exits 0; the same run without --require
+    exits 2."""
     wheel = registry_wheel("1.32.0")
+    stages = ("--stages", "probe,refusal")
     proc = fe_ci(
-        "validate", str(wheel), "--require", "probe,refusal", "--json", "r.json", cwd=tmp_path
-    )
+        "validate", str(wheel), *stages, "--require", "probe,refusal", "--json", "r.json",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "incomplete"
@@ -278,7 +281,7 @@ def test_require_gates_the_exit_while_the_verdict_stays_incomplete(tmp_path: Pat
     out = proc.stdout
     assert out.index("verdict: incomplete") < out.index("gate (probe, refusal): success")
     assert out.index("gate (probe") < out.index("\ndid not run:\n") < out.index("\ndetails:")
-    proc = fe_ci("validate", str(wheel), "--stages", "probe,refusal", cwd=tmp_path)
+    proc = fe_ci("validate", str(wheel), *stages, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "excluded by --stages" in proc.stdout
     proc = fe_ci("validate", str(wheel), "--require", "probe,sm_120", cwd=tmp_path)
