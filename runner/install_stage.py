@@ -34,7 +34,10 @@ class Installed:
 
     result: StageResult
     python: Path  # the candidate's interpreter
-    layer: layers.Layer | None = None  # the environment is exactly this layer + the candidate
+    layer: layers.Layer | None = None
+    # installed on the warm path: the environment is exactly ``layer`` (none when the candidate
+    # declares no dependencies) + the candidate, so a warm parent of that layer may serve it
+    warm: bool = False
 
 
 def _installed(what: str, duration: float, how: str, version: str) -> StageResult:
@@ -76,9 +79,8 @@ def install(opts: Options, wheel: Path | None, python: Path, job: JobBox) -> Ins
         warm, layer, note = _install_warm(opts, env, wheel, job)
         if warm is not None:
             duration = time.monotonic() - start
-            return Installed(
-                _installed(what, duration, f"{venv}; {warm}", meta.version), env.python, layer
-            )
+            how = f"{venv}; {warm}"
+            return Installed(_installed(what, duration, how, meta.version), env.python, layer, True)
         env = envs.create_env(opts.work_dir / "env")  # fresh: nothing of the attempt
     outcome = envs.install_candidate(
         env,

@@ -76,7 +76,8 @@ class Pipeline:
         self.python: Path = opts.candidate_python or Path(sys.executable)
         self._src: Path | None = None
         self._extra: dict[str, Any] = {}
-        self._layer: layers.Layer | None = None  # the env is exactly this layer + the candidate
+        self._layer: layers.Layer | None = None  # the layer the env was installed on
+        self._warm = False  # the env is exactly ``_layer`` (or nothing) + the candidate
         self._job: jobbox.JobBox | None = None
         self._held = contextlib.ExitStack()  # the job's uid, while the run lasts
 
@@ -166,9 +167,10 @@ class Pipeline:
 
     def _zygote(self, stage: Stage) -> Zygote | None:
         """A warm parent for this stage, where one may serve: CPU-only stages (the probe; the
-        refusal decisions of a job with no GPU family) of a build installed on a layer."""
+        refusal decisions of a job with no GPU family) of a build installed on the warm path, on
+        its layer or, declaring no dependencies, on none."""
         o = self.opts
-        if o.zygotes is None or self._layer is None:
+        if o.zygotes is None or not self._warm:
             return None
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
@@ -178,7 +180,7 @@ class Pipeline:
 
     def install(self, wheel: Path | None) -> StageResult:
         done = install_stage.install(self.opts, wheel, self.python, self.job())
-        self.python, self._layer = done.python, done.layer
+        self.python, self._layer, self._warm = done.python, done.layer, done.warm
         return done.result
 
     def probe(self) -> StageResult:

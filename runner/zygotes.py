@@ -1,10 +1,11 @@
 """Warm parents for the CPU stages of a long-running runner (``runner/inside/zygote.py``).
 
-A zygote belongs to one dependency layer: it runs, sandboxed like any stage (``jail.py``, as a
-uid of its own from the runner's range), in an environment holding that layer and the host's torch
-but no candidate, with torch and the layer's heavy modules already imported. A stage of a job
-whose environment is that layer plus its candidate is then a fork instead of a fresh interpreter:
-the probe of a warm build costs its own imports only.
+A zygote belongs to one dependency layer (or to none: builds that declare no dependencies): it
+runs, sandboxed like any stage (``jail.py``, as a uid of its own from the runner's range), in an
+environment holding that layer and the host's torch but no candidate, with torch and the layer's
+heavy modules already imported. A stage of a job whose environment is that layer plus its
+candidate is then a fork instead of a fresh interpreter: the probe of a warm build costs its own
+imports only.
 
 Each stage gets a room of its own under the zygote's directory, made by the runner: its
 parameters, a HOME and a folder for its document; the job's installed candidate is linked in
@@ -271,13 +272,13 @@ class Zygotes:
         self._refused: dict[str, str] = {}  # layers whose zygote could not isolate a stage
         self._lock = threading.Lock()
 
-    def key(self, layer: layers.Layer) -> str:
-        blob = f"{layer.spec.key}|{_source_digest()}|{sys.version}|{self.preload}"
+    def key(self, layer: layers.Layer | None) -> str:
+        blob = f"{layer and layer.spec.key}|{_source_digest()}|{sys.version}|{self.preload}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def get(self, layer: layers.Layer) -> Zygote | None:
-        """The live zygote of ``layer``, started if needed; None if it cannot start, or cannot
-        give a stage namespaces of its own."""
+    def get(self, layer: layers.Layer | None) -> Zygote | None:
+        """The live zygote of ``layer`` (None: no dependencies), started if needed; None if it
+        cannot start, or cannot give a stage namespaces of its own."""
         key = self.key(layer)
         with self._lock:
             if key in self._refused:
@@ -302,7 +303,7 @@ class Zygotes:
                 self._live.pop(oldest).stop()
             return started
 
-    def _start(self, key: str, layer: layers.Layer) -> Zygote | None:
+    def _start(self, key: str, layer: layers.Layer | None) -> Zygote | None:
         release = contextlib.ExitStack()  # the zygote's uid, held for its life
         uid = release.enter_context(self.uid_range.lease())
         try:
@@ -312,7 +313,7 @@ class Zygotes:
             raise
 
     def _spawn(
-        self, key: str, layer: layers.Layer, uid: int | None, release: contextlib.ExitStack
+        self, key: str, layer: layers.Layer | None, uid: int | None, release: contextlib.ExitStack
     ) -> Zygote | None:
         start = time.monotonic()
         root = self.root / key
@@ -320,7 +321,8 @@ class Zygotes:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         env = envs.create_env(root / "env")
-        layers.attach(env.site_packages(), layer)
+        if layer is not None:  # else the host's torch alone
+            layers.attach(env.site_packages(), layer)
         src = candidate.private_source(root)  # the same copy a stage gets
         home, sockets, rooms = root / "home", root / "sock", root / "rooms"
         for path in (home, rooms):  # the runner's: the zygote writes neither
@@ -332,7 +334,7 @@ class Zygotes:
         box = jail.Box(
             uid=uid,
             rw=(sockets, rooms),
-            ro=(root, layer.root, *_torch_dirs(), *jail.runner_paths()),
+            ro=(root, *([layer.root] if layer else []), *_torch_dirs(), *jail.runner_paths()),
             hidden=(*self.hidden, *jail.private_paths()),
             cwd=home,
         )
@@ -363,13 +365,9 @@ class Zygotes:
             zygote.stop()
             return None
         zygote.preloaded = ready.get("preloaded", {})
-        log.info(
-            "event=zygote_started key=%s layer=%s seconds=%.2f preloaded=%s",
-            key,
-            layer.spec.key,
-            time.monotonic() - start,
-            zygote.preloaded,
-        )
+        took, spec = time.monotonic() - start, layer and layer.spec.key
+        log.info("event=zygote_started key=%s layer=%s seconds=%.2f preloaded=%s", key, spec,
+                 took, zygote.preloaded)  # fmt: skip
         return zygote
 
     @staticmethod

@@ -16,9 +16,12 @@ def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> subpro
     return svc.start_runner(tmp_path / "runner.log", *args, FE_CI_RUNNER_NAME="r1", **env)
 
 
-def jobs_dir(svc: Service) -> Path:
-    """Where the runner started by ``start_runner`` runs each job (its cache dir's jobs/)."""
-    return Path(svc.runner_env()["FE_CI_CACHE_DIR"]) / "jobs"
+def stage_processes(svc: Service) -> list[int]:
+    """The processes of the stages of the runner started by ``start_runner``: in its job
+    directories (its cache dir's jobs/), or, forked from a warm parent, in that parent's rooms."""
+    cache = Path(svc.runner_env()["FE_CI_CACHE_DIR"])
+    rooms = sorted((cache / "zygotes").glob("*/rooms"))
+    return [pid for where in (cache / "jobs", *rooms) for pid in processes_in(where)]
 
 
 def stage(r: dict, name: str) -> dict:
@@ -46,8 +49,8 @@ def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
     assert probe["status"] == "crashed" and "SIGSEGV" in probe["reason"], probe
     assert "about to crash" in probe["log_tail"]
     assert r2["verdict"] == "error"
-    # nothing of the hung stage survives: no process still runs in this test's job directories
-    assert processes_in(jobs_dir(svc)) == []
+    # nothing of the hung stage survives: no process of this runner's stages still runs
+    assert stage_processes(svc) == []
 
 
 def test_a_wheel_whose_cudnn_import_raises_fails_on_a_cpu_only_service(
@@ -81,15 +84,15 @@ def test_cancel_stops_the_running_stage(make_service, tmp_path: Path) -> None:  
             build_id,
             lambda r: any(s["name"] == "install" for j in r["jobs"] for s in j["stages"]),
         )
-        # the install stage is reported: what runs in the job's directory now is the probe,
-        # hanging in the candidate's import
-        eventually(lambda: processes_in(jobs_dir(svc)), message="the probe's process")
+        # the install stage is reported: what runs of the job now is the probe, hanging in the
+        # candidate's import
+        eventually(lambda: stage_processes(svc), message="the probe's process")
         resp = svc.http().post(f"/api/builds/{build_id}/cancel")
         assert resp.status_code == 200
         r = wait_for(svc, build_id, lambda r: r["status"] == "cancelled")
         assert r["verdict"] == "cancelled"
         eventually(
-            lambda: processes_in(jobs_dir(svc)),
+            lambda: stage_processes(svc),
             until=lambda pids: not pids,
             timeout=30,
             interval=0.3,

@@ -19,6 +19,8 @@ import pytest
 
 from core.wire import Stage, Status
 from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
+from testkit import frontend_repo as fr
+from testkit import wheels
 from testkit.registry import registry_wheel
 from testkit.service import session_caches
 from tests.helpers import alive, processes_with, wait_gone
@@ -214,6 +216,39 @@ def test_warm_builds_probe_and_refuse_through_the_zygote_with_the_same_answers(
     assert answers[0] == answers[1]
     (z,) = pool._live.values()
     assert z is served and z.forks == forks + 2  # the warm build's probe and refusal only
+
+
+def test_a_build_without_dependencies_forks_the_zygote_of_no_layer(tmp_path: Path) -> None:
+    """A build that declares no dependencies (the frontend's older releases) is installed on the
+    warm path with no layer to attach; its probe and refusal fork the one zygote of no layer (the
+    host's torch alone) and answer as a fresh interpreter does. A pool of its own: the module's
+    serves the layer's zygote alone."""
+    init = fr.INIT.format(n=1, version="1.4.0", knob=", deterministic=None")
+    wheel = wheels.make_wheel(tmp_path / "dist", "1.4.0", init)
+    pool = zygotes.Zygotes(tmp_path / "zygotes")
+    answers = []
+    try:
+        for name, zs in (("plain", None), ("warm", pool)):
+            opts = pipeline_options.Options(
+                stages=[Stage.install, Stage.probe, Stage.refusal],
+                work_dir=tmp_path / name,
+                layers_dir=tmp_path / "layers",
+                zygotes=zs,
+                report_unselected=False,
+            )
+            pipe = pipeline.Pipeline(opts)
+            installed = pipe.install(wheel)
+            assert "no dependencies declared" in installed.reason, installed
+            probe, refusal = pipe.probe(), pipe.run_inside(Stage.refusal, {})
+            assert probe.status == Status.pass_ and refusal.status == Status.pass_, (probe, refusal)
+            answers.append((probe.capabilities, [r.model_dump() for r in refusal.refusal]))
+        (z,) = pool._live.values()
+        assert z.key == pool.key(None) and z.forks == 2
+    finally:
+        pool.close()
+    assert answers[0] == answers[1]
+    dsrelu = answers[1][0]["grouped_gemm_dsrelu"]
+    assert dsrelu.present and dsrelu.default == "None", dsrelu
 
 
 def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_path: Path) -> None:
