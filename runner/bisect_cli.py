@@ -3,7 +3,9 @@
 Builds GOOD and BAD with the real builder (``runner.build``), runs the selected stages on each
 (``runner.pipeline``), asks ``core.transitions`` what turned red, then searches the commits of
 ``git rev-list --ancestry-path GOOD..BAD`` with ``core.bisection``: the same rules and the same
-search as the service, without it.
+search as the service, without it. The steps' CPU stages fork warm parents (``runner/zygotes.py``)
+kept for the whole search, as a long-running runner's are: a step's probe imports its build, not
+torch and the DSL again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import typer
 from core import commits, transitions
 from core.bisection import DEFAULT_MAX_BUILDS, Answer, Outcome, Search
 from core.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
-from runner import build, labels, localreport, pipeline, pipeline_options
+from runner import build, labels, localreport, pipeline, pipeline_options, zygotes
 from runner.cli_common import fail, parse_stages
 from runner.config import RunnerSettings
 
@@ -33,6 +35,15 @@ class _Local:
         self.work = work
         self.host = labels.host_labels(self.s.runner_labels)
         self.builds = 0
+        self.zygotes: zygotes.Zygotes | None = None  # closed by ``close``
+        if self.s.warm_workers:
+            self.zygotes = zygotes.Zygotes(
+                work / "zygotes", uid_range=self.s.uid_range(), hidden=self.s.private_dirs()
+            )
+
+    def close(self) -> None:
+        if self.zygotes is not None:
+            self.zygotes.close()
 
     def evaluate(self, sha: str, previous: dict[str, Capability] | None) -> BuildReport:
         self.builds += 1
@@ -53,6 +64,7 @@ class _Local:
             gpu=self.host.get("gpu"),
             previous=previous,
             report_unselected=False,
+            zygotes=self.zygotes,
         )
         result = pipeline.Pipeline(opts).run(built.wheel)
         report = localreport.local_report(result, wheel=built.wheel, family=family, version=None)
@@ -133,6 +145,7 @@ def bisect(
             typer.echo(f"  {sha[:12]} {mark.value:<4} ({seen})")
             search = search.record(sha, mark)
     finally:
+        local.close()
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     _say(answer, repo, question)

@@ -89,6 +89,14 @@ class UidRange:
         raise NoFreeUid(f"every uid of {self.base}..{self.base + self.span - 1} is in use")
 
 
+def settle(uid: int, timeout_s: float = 2.0) -> None:
+    """Wait, briefly, for the processes of ``uid`` to end on their own: a sandbox's processes end
+    with its parent (``--die-with-parent``), a moment after it. What is left is ``reap``'s."""
+    deadline = time.monotonic() + timeout_s
+    while running_as(uid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def running_as(uid: int) -> list[int]:
     """The pids of live processes whose real, effective or saved uid is ``uid``."""
     found = []

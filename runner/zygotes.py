@@ -91,6 +91,8 @@ class Zygote:
             pass
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        if self.uid is not None:  # the zygote ends with its sandbox, a moment after it
+            uids.settle(self.uid)
         self.release.close()  # its uid: every process still running as it is killed
 
     def run(

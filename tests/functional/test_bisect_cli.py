@@ -35,8 +35,14 @@ def test_bisect_names_the_commit_that_dropped_the_knob_and_its_repro_runs(
     repo = tmp_path / "frontend"
     shas = fr.history(repo)
     env = service_env(tmp_path / "data", FE_CI_CACHE_DIR=cache_dir)
-    out = fe_ci(["bisect", shas[0], "HEAD", "--repo", str(repo), "--stages", "probe"], env)
+    work = tmp_path / "work"
+    argv = ["bisect", shas[0], "HEAD", "--repo", str(repo), "--stages", "probe"]
+    out = fe_ci([*argv, "--work-dir", str(work)], env)
     assert out.returncode == 0, out.stderr[-3000:]
+    # the five builds' probes forked one warm parent, kept for the whole search
+    assert len(list((work / "zygotes").iterdir())) == 1
+    # and it ended with the search: nothing of it was left to kill by its uid
+    assert "sandbox_uid_reaped" not in out.stderr, out.stderr
     assert f"the first bad commit is {shas[5]}" in out.stdout
     assert "subject: commit 6: drops the deterministic knob" in out.stdout
     assert f"author:  {fr.AUTHOR} <{fr.EMAIL}>" in out.stdout
