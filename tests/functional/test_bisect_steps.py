@@ -1,6 +1,7 @@
-"""Bisection steps one job at a time: the cap on builds, cancelling a bisection and its step's
-build, and which job a determinism question's step queues. The repository is
-testkit/frontend_repo.py's; builder runners take one job and exit, so the queue moves in steps.
+"""Bisection steps: the cap on builds, cancelling a bisection and its step's build, and which job
+a determinism question's step queues. The repository is testkit/frontend_repo.py's; to cancel a
+step before any runner takes it, builder runners take one job and exit, so the queue moves in
+steps.
 """
 
 from __future__ import annotations
@@ -15,23 +16,24 @@ from testkit import frontend_repo as fr
 from testkit import loopback
 from testkit.service import SUBMIT, Service
 from testkit.waiting import eventually
-from tests.bisecting import bisection_of, red_after_green, repo_dir, run_once, wait_bisection
+from tests.bisecting import bisection_of, red_after_green, repo_dir, wait_bisection
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_cap_ends_the_search_with_a_range(
-    make_service: Any, tmp_path: Path, cache_dir: str
+    make_service: Any, builder_runner: Any, tmp_path: Path, cache_dir: str
 ) -> None:
+    """A runner that serves on would take every step the service queued: the cap is the
+    service's, one step here."""
     repo = repo_dir(tmp_path)
     shas = fr.history(repo)
     svc: Service = make_service(
         FE_CI_REPO_URL=str(repo), FE_CI_BISECT_MAX_BUILDS="1", FE_CI_CACHE_DIR=cache_dir
     )
-    _, bad = red_after_green(svc, shas, serve=False)
-    opened = bisection_of(svc, bad)
-    run_once(svc, 2)  # the one step the cap allows: its build job and its probe
-    b = wait_bisection(svc, opened["id"], timeout=120)
+    builder_runner(svc)
+    _, bad = red_after_green(svc, shas)
+    b = wait_bisection(svc, bisection_of(svc, bad)["id"], timeout=120)
     assert b["state"] == "finished" and b["builds_used"] == 1 and b["max_builds"] == 1
     assert b["answer"]["outcome"] == "capped"
     assert b["answer"]["candidates"] == shas[1:6]  # commit 6 was bad: 2..6 remain
