@@ -19,8 +19,7 @@ from runner import jail
 from testkit import loopback
 from testkit.registry import registry_wheel
 from testkit.service import ROOT, Service
-from testkit.waiting import eventually
-from tests.helpers import push, send
+from tests.helpers import push, send, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,25 +57,40 @@ def git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+# The build file's dependencies stay those of one release through the commits, as a repository's
+# do between releases: the commits differ in code and in the version they claim, and the four
+# builds share one dependency layer (the one ``fe-ci validate`` of a 1.27.0 wheel uses too).
+DEPENDENCIES_OF = "1.27.0"
+
+
+def cutedsl_extra(version: str) -> list[str]:
+    """The ``cutedsl`` extra of the registry's wheel of ``version``."""
+    with zipfile.ZipFile(registry_wheel(version)) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode())
+    return [
+        r.split(";")[0].strip()
+        for r in meta.get_all("Requires-Dist") or []
+        if 'extra == "cutedsl"' in r
+    ]
+
+
 def commit_frontend(repo: Path, code_from: str, claims: str, message: str) -> str:
     """Replace the tree with ``code_from``'s package, reporting version ``claims``; commit."""
     for child in repo.iterdir():
         if child.name != ".git":
             shutil.rmtree(child) if child.is_dir() else child.unlink()
-    wheel = registry_wheel(code_from)
-    with zipfile.ZipFile(wheel) as zf:
+    with zipfile.ZipFile(registry_wheel(code_from)) as zf:
         zf.extractall(repo, [n for n in zf.namelist() if n.startswith("cudnn/")])
-        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode())
-    cutedsl = [
-        r.split(";")[0].strip()
-        for r in meta.get_all("Requires-Dist") or []
-        if 'extra == "cutedsl"' in r
-    ]
+    cutedsl = cutedsl_extra(DEPENDENCIES_OF)
     (repo / "pyproject.toml").write_text(PYPROJECT.format(version=claims, cutedsl=cutedsl))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def finished(report: dict) -> bool:
+    return bool(report["status"] == "finished")
 
 
 def kinds(report: dict) -> set[str]:
@@ -107,13 +121,7 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
         stderr=open(tmp_path / "runner.log", "wb"),  # noqa: SIM115
     )
     try:
-        reports = eventually(
-            lambda: [loopback.get(f"{svc.url}/api/builds/{b}").json() for b in ids],
-            until=lambda reports: all(r["status"] == "finished" for r in reports),
-            timeout=900,
-            interval=0.5,
-            message=f"builds {ids} to finish",
-        )
+        reports = [wait_for(svc, b, finished, timeout=900) for b in ids]  # one report a poll
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=120)
