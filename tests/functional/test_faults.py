@@ -34,8 +34,9 @@ def test_hang_times_out_crash_is_reported_and_the_runner_goes_on(
     svc: Service = make_service()
     hang = submit_wheel(svc, make_wheel(tmp_path / "w1", "9.0.1", HANG))
     crash = submit_wheel(svc, make_wheel(tmp_path / "w2", "9.0.2", SEGFAULT))
-    # long enough for the crashing import to crash on a loaded machine; the hang outlives it
-    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="20")
+    # long enough for the crashing import to crash on a loaded machine (its probe, a warm fork,
+    # took 2.7 s at a load of 5 on 2 cores); the hang outlives it
+    runner = start_runner(svc, tmp_path, FE_CI_STAGE_TIMEOUT_S="12")
     try:
         r1 = wait_for(svc, hang, lambda r: r["status"] == "finished")
         r2 = wait_for(svc, crash, lambda r: r["status"] == "finished")
@@ -122,7 +123,8 @@ def test_an_idle_runner_claims_again_as_soon_as_a_long_poll_ends_empty(
             interval=0.2,
             message="three claims in the runner's log",
         )
-        build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", "VALUE = 1\n"))
+        # a candidate that does not import: its job ends at the probe, and SIGTERM waits for it
+        build = submit_wheel(svc, make_wheel(tmp_path / "w", "9.0.3", BROKEN))
         r = wait_for(svc, build, lambda r: r["jobs"][0]["status"] != "queued", timeout=30)
     finally:
         runner.send_signal(signal.SIGTERM)

@@ -89,7 +89,7 @@ def test_the_runner_rides_out_503s_and_dropped_connections(make_service, tmp_pat
     svc: Service = make_service(FE_CI_LEASE_SECONDS="15")
     log = tmp_path / "r1.log"
     with Proxy(svc.port) as proxy:
-        proxy.fail("unavailable", retry_after=2)
+        proxy.fail("unavailable", retry_after=1)
         runner = start_runner(svc, tmp_path, url=proxy.url)
         try:
             eventually(
@@ -133,7 +133,7 @@ def test_the_runner_rides_out_503s_and_dropped_connections(make_service, tmp_pat
     assert the_job(r) == (1, "r1", "finished")
     text = log.read_text()
     # the wait the 503 asked for, not the back-off (at most 0.5 s here)
-    assert "event=retrying call=register attempt=1 in_s=2.0" in text, text[-3000:]
+    assert "event=retrying call=register attempt=1 in_s=1.0" in text, text[-3000:]
     assert "ConnectError" in text or "RemoteProtocolError" in text or "ReadError" in text
 
 

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from testkit import loopback
-from testkit.registry import registry_wheel
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually
+from testkit.wheels import make_wheel
 from tests.helpers import register, report, stage_body, submit_wheel, wait_for
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small installable frontend wheel: no runner here installs what it claims, so the
+    protocol is the same as for the registry's 1.32.0, whose 11 MiB each service would hash and
+    check again."""
+    return make_wheel(tmp_path_factory.mktemp("wheel"), "9.4.0", "VALUE = 1\n")
 
 
 def test_each_token_opens_only_its_own_door(module_service: Service) -> None:
@@ -35,8 +44,8 @@ def test_each_token_opens_only_its_own_door(module_service: Service) -> None:
     assert module_service.count("builds") == before
 
 
-def test_lease_lifecycle_and_a_finished_job_refuses_more(service: Service) -> None:
-    build_id = submit_wheel(service)
+def test_lease_lifecycle_and_a_finished_job_refuses_more(service: Service, wheel: Path) -> None:
+    build_id = submit_wheel(service, wheel)
     runner = register(service, "r1")
     lease = runner.post("/api/jobs/claim", json={}).json()
     assert lease["build_id"] == build_id and lease["attempt"] == 1 and lease["kind"] == "cpu"
@@ -45,7 +54,7 @@ def test_lease_lifecycle_and_a_finished_job_refuses_more(service: Service) -> No
     job = lease["job_id"]
     # the wheel comes back byte for byte to the lease holder only
     got = runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": token})
-    assert got.status_code == 200 and got.content == registry_wheel("1.32.0").read_bytes()
+    assert got.status_code == 200 and got.content == wheel.read_bytes()
     assert (
         runner.get(f"/api/jobs/{job}/wheel", headers={"X-Lease-Token": "nope"}).status_code == 409
     )
@@ -62,19 +71,19 @@ def test_lease_lifecycle_and_a_finished_job_refuses_more(service: Service) -> No
     assert late.status_code == 409 and late.json()["error"]["code"] in ("stale_lease", "conflict")
 
 
-def test_one_runner_cannot_post_to_another_runners_job(service: Service) -> None:
-    submit_wheel(service)
+def test_one_runner_cannot_post_to_another_runners_job(service: Service, wheel: Path) -> None:
+    submit_wheel(service, wheel)
     a, b = register(service, "a"), register(service, "b")
     lease = a.post("/api/jobs/claim", json={}).json()
     resp = b.post(f"/api/jobs/{lease['job_id']}/stages", json=stage_body(lease["lease_token"]))
     assert resp.status_code == 403 and resp.json()["error"]["code"] == "forbidden"
 
 
-def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
     # b's lease must outlast its checks below (a report and a's two refused posts) on a loaded
     # machine: 2 s did not, once in four whole-suite runs
     svc = make_service(FE_CI_LEASE_SECONDS="5", FE_CI_SWEEP_INTERVAL_S="0.3")
-    build_id = submit_wheel(svc)
+    build_id = submit_wheel(svc, wheel)
     a, b = register(svc, "a"), register(svc, "b")
     first = a.post("/api/jobs/claim", json={}).json()
     assert (
@@ -106,11 +115,13 @@ def test_expired_lease_requeues_and_the_late_runner_is_refused(make_service) -> 
     assert [s["name"] for s in r["jobs"][0]["stages"]] == ["probe"]
 
 
-def test_an_expired_lease_is_refused_at_once_whether_or_not_the_sweeper_ran(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_an_expired_lease_is_refused_at_once_whether_or_not_the_sweeper_ran(
+    make_service, wheel: Path
+) -> None:  # type: ignore[no-untyped-def]
     """Was: posts and heartbeats after the lease ran out were accepted, and a heartbeat extended
     it, until the sweeper came round. The sweeper does not run here (once an hour)."""
     svc = make_service(FE_CI_LEASE_SECONDS="1", FE_CI_SWEEP_INTERVAL_S="3600")
-    submit_wheel(svc)
+    submit_wheel(svc, wheel)
     runner = register(svc, "late")
     lease = runner.post("/api/jobs/claim", json={}).json()
     job, token = lease["job_id"], lease["lease_token"]
@@ -140,9 +151,9 @@ def test_an_expired_lease_is_refused_at_once_whether_or_not_the_sweeper_ran(make
     assert svc.count("stages") == 0
 
 
-def test_third_expiry_ends_the_job_in_error(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_third_expiry_ends_the_job_in_error(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
     svc = make_service(FE_CI_LEASE_SECONDS="1", FE_CI_SWEEP_INTERVAL_S="0.2")
-    build_id = submit_wheel(svc)
+    build_id = submit_wheel(svc, wheel)
     a = register(svc, "a")
     for attempt in (1, 2, 3):  # each once the last lease ran out and the sweeper requeued it
         lease = eventually(
@@ -158,11 +169,11 @@ def test_third_expiry_ends_the_job_in_error(make_service) -> None:  # type: igno
     assert r["verdict"] == "error"
 
 
-def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
     svc = make_service(
         FE_CI_GPU_ARCHS="sm_90", FE_CI_GPU_WAIT_HOURS="0.0005", FE_CI_SWEEP_INTERVAL_S="0.3"
     )
-    build_id = submit_wheel(svc)
+    build_id = submit_wheel(svc, wheel)
     r = report(svc, build_id)
     gpu = [j for j in r["jobs"] if j["kind"] == "gpu"]
     assert len(gpu) == 1 and gpu[0]["family"] == "sm_90" and gpu[0]["status"] == "queued"
@@ -182,15 +193,15 @@ def test_gpu_family_configured_without_a_runner_waits_then_skips(make_service) -
     assert r["verdict"] == "incomplete"
 
 
-def test_auto_covers_the_families_of_live_runners(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_auto_covers_the_families_of_live_runners(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
     svc = make_service(FE_CI_GPU_ARCHS="auto")
     register(svc, "h200", arch="sm_90", gpu="NVIDIA H200")
-    build_id = submit_wheel(svc)
+    build_id = submit_wheel(svc, wheel)
     kinds = sorted((j["kind"], j["family"]) for j in report(svc, build_id)["jobs"])
     assert kinds == [("cpu", None), ("gpu", "sm_90")]
 
 
-def test_racing_runners_never_share_a_job(service: Service) -> None:
+def test_racing_runners_never_share_a_job(service: Service, wheel: Path) -> None:
     with service.http() as http:
         ids = [
             http.post("/validate", json={"commit": f"{i:040x}"}).json()["build_id"]
@@ -211,8 +222,8 @@ def test_racing_runners_never_share_a_job(service: Service) -> None:
     assert len(claimed) == len(ids) == len(set(claimed))
 
 
-def test_cancel_stops_queued_jobs_and_tells_the_lease_holder(service: Service) -> None:
-    build_id = submit_wheel(service)
+def test_cancel_stops_queued_jobs_and_tells_the_lease_holder(service: Service, wheel: Path) -> None:
+    build_id = submit_wheel(service, wheel)
     runner = register(service, "r")
     lease = runner.post("/api/jobs/claim", json={}).json()
     assert loopback.post(f"{service.url}/api/builds/{build_id}/cancel").status_code == 401

@@ -39,7 +39,8 @@ def start_runner(
         "FE_CI_STAGE_TIMEOUT_S": "120",
         "FE_CI_POLL_INTERVAL_S": "0.2",
         "FE_CI_CLAIM_WAIT_S": "1",
-        "FE_CI_RETRY_MAX_S": "1",
+        "FE_CI_RETRY_INITIAL_S": "0.1",
+        "FE_CI_RETRY_MAX_S": "0.5",
         **env,
     }
     return svc.start_runner(tmp_path / f"{name}.log", module=module, **settings)
@@ -61,7 +62,7 @@ def test_runner_killed_mid_job_is_replaced_and_its_late_posts_refused(
     make_service, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_LEASE_SECONDS="3", FE_CI_SWEEP_INTERVAL_S="0.3")
-    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.0", sleepy(4)))
+    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.0", sleepy(2)))
     tap = tmp_path / "r1.tap"
     r1 = start_runner(svc, tmp_path, "r1", tap=tap)
     r2: subprocess.Popen[bytes] | None = None
@@ -307,7 +308,7 @@ def test_a_frozen_runner_thawed_after_its_lease_is_refused_and_goes_on(
     runner takes its job; thawed (SIGCONT), it comes back from the dead: its heartbeat and its
     stage post get 409, it abandons the attempt without reporting, and keeps serving."""
     svc: Service = make_service(FE_CI_LEASE_SECONDS="3", FE_CI_SWEEP_INTERVAL_S="0.3")
-    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.5", sleepy(3)))
+    build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.5", sleepy(2)))
     r1 = start_runner(svc, tmp_path, "r1")
     r2: subprocess.Popen[bytes] | None = None
     log_path = tmp_path / "r1.log"
