@@ -27,12 +27,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from testkit import loopback
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.db import make_engine, migrate
 from service.models import Build
+from testkit import loopback
 from testkit.dashboard_data import seed_many
 from testkit.service import Service, service_env
 

@@ -33,9 +33,11 @@ from typing import Any
 
 import httpx
 
-from testkit import loopback
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from testkit import loopback  # noqa: E402
+
 SUBMIT = "bench-submit-token"
 REGISTER = "bench-runner-token"
 

@@ -30,10 +30,9 @@ from typing import Any
 
 import httpx
 
-from testkit import loopback
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testkit import loopback
 from testkit.service import SUBMIT, Service, service_env
 from testkit.wheels import make_big_wheel
 

@@ -46,12 +46,11 @@ from typing import Any
 
 import httpx
 
-from testkit import loopback
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.dashboard_bench import seed_database
 from bench.load import quantiles
+from testkit import loopback
 from testkit.registry import registry_wheel
 from testkit.service import SUBMIT, Service, service_env
 

@@ -36,10 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testkit import loopback
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testkit import loopback
 from testkit.service import SUBMIT, Service, service_env
 from testkit.wheels import make_wheel
 

@@ -31,11 +31,10 @@ from typing import Any
 
 import httpx
 
-from testkit import loopback
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import quantiles
+from testkit import loopback
 from testkit.service import Service, service_env
 
 SIGNATURES = {"short": "sha256=00", "well-formed": "sha256=" + "0" * 64}

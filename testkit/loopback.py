@@ -25,26 +25,31 @@ def tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _verified(kw: dict[str, Any]) -> dict[str, Any]:
+    """``kw`` with the process's context, unless the caller gives its own (a proxy's TLS)."""
+    return {"verify": tls(), **kw}
+
+
 def request(method: str, url: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, url, verify=tls(), **kw)
+    return httpx.request(method, url, **_verified(kw))
 
 
 def get(url: str, **kw: Any) -> httpx.Response:
-    return httpx.get(url, verify=tls(), **kw)
+    return httpx.get(url, **_verified(kw))
 
 
 def head(url: str, **kw: Any) -> httpx.Response:
-    return httpx.head(url, verify=tls(), **kw)
+    return httpx.head(url, **_verified(kw))
 
 
 def post(url: str, **kw: Any) -> httpx.Response:
-    return httpx.post(url, verify=tls(), **kw)
+    return httpx.post(url, **_verified(kw))
 
 
 def stream(method: str, url: str, **kw: Any) -> AbstractContextManager[httpx.Response]:
-    return httpx.stream(method, url, verify=tls(), **kw)
+    return httpx.stream(method, url, **_verified(kw))
 
 
 def client(**kw: Any) -> httpx.Client:
     """A client of its own (its connections kept for its life), on the process's context."""
-    return httpx.Client(verify=tls(), **kw)
+    return httpx.Client(**_verified(kw))
