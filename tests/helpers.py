@@ -12,7 +12,9 @@ import hashlib
 import hmac
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -345,3 +347,13 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
             proc.kill()
             proc.wait()
     return proc.returncode
+
+
+def still_held(socks: list[socket.socket], reopen: Callable[[], socket.socket]) -> None:
+    """Open again each of ``socks`` (requests stalled mid-body to hold the service's slots) that
+    the service has answered or closed: one dispatched while a probe still held its slot was
+    refused, and the slot it was to hold would stay free for every probe after."""
+    for i, sock in enumerate(socks):
+        if select.select([sock], [], [], 0)[0]:
+            sock.close()
+            socks[i] = reopen()

@@ -18,7 +18,7 @@ from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_directory_bomb
-from tests.helpers import CHROMIUM, chromium
+from tests.helpers import CHROMIUM, chromium, still_held
 
 
 def post_wheel(svc: Service, wheel: Path) -> httpx.Response:
@@ -205,9 +205,18 @@ def test_a_slow_body_is_cut_at_its_deadline_while_healthz_answers(make_service, 
 def test_uploads_past_the_limit_answer_503_in_the_error_shape(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_MAX_UPLOADS="2", FE_CI_BODY_TIMEOUT_S="60")
     wheel = make_directory_bomb(tmp_path, members=10, declared=13, record=True)
-    held = [raw(svc, upload_head(10_000_000), UPLOAD_START) for _ in range(2)]
+
+    def hold() -> socket.socket:
+        return raw(svc, upload_head(10_000_000), UPLOAD_START)
+
+    held = [hold() for _ in range(2)]
+
+    def probe() -> httpx.Response:
+        still_held(held, hold)  # one that met a probe in its slot was refused: again
+        return post_wheel(svc, wheel)
+
     refused = eventually(  # once both held uploads have taken their slots
-        lambda: post_wheel(svc, wheel),
+        probe,
         until=lambda resp: resp.status_code == 503,
         timeout=10,
         interval=0.2,

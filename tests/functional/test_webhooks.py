@@ -8,13 +8,14 @@ import json
 import socket
 import time
 
+import httpx
 import pytest
 
 from testkit import loopback
 from testkit.service import SUBMIT, WEBHOOK, Service
 from testkit.waiting import eventually
 from tests.github_recorder import Call, GitHubRecorder
-from tests.helpers import AFTER, push, register, send
+from tests.helpers import AFTER, push, register, send, still_held
 
 
 def builds(svc: Service) -> list[dict]:
@@ -284,15 +285,22 @@ def test_webhook_bodies_past_the_cap_get_503_and_pages_and_signed_pushes_go_on(
     ones go away a signed push is read, verified and builds."""
     svc: Service = make_service(FE_CI_MAX_WEBHOOKS="2")
     well_formed = "sha256=" + "0" * 64
-    held = []
-    for _ in range(2):
+
+    def hold() -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", svc.port), timeout=30)
         sock.sendall(webhook_head(well_formed, 500_000) + b'{"ref": "')
-        held.append(sock)
+        return sock
+
+    held = [hold() for _ in range(2)]
+
+    def probe() -> httpx.Response:
+        still_held(held, hold)  # one that met a probe in its slot was refused: again
+        return send(svc, push(), delivery="probe", secret="not-the-secret")
+
     # until both stalled deliveries hold their slots, a badly signed probe is refused as such
     # (401) and builds nothing; once they do, it meets the limit first
     eventually(
-        lambda: send(svc, push(), delivery="probe", secret="not-the-secret"),
+        probe,
         until=lambda resp: resp.status_code == 503,
         timeout=10,
         interval=0.2,
