@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -59,10 +60,15 @@ class Build(Base):
     verdict_reason: Mapped[str] = mapped_column(Text, default="")
     # a step of a bisection: only the deciding stages run, no GitHub status is posted
     bisection_id: Mapped[int | None] = mapped_column(
-        ForeignKey("bisections.id", ondelete="SET NULL", use_alter=True), index=True
+        ForeignKey(
+            "bisections.id", ondelete="SET NULL", use_alter=True, name="fk_builds_bisection_id"
+        ),
+        index=True,
     )
     # made by ``POST /api/builds/{id}/rerun`` (or a job's rerun) of this build
-    rerun_of: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    rerun_of: Mapped[int | None] = mapped_column(
+        ForeignKey("builds.id", ondelete="SET NULL", name="fk_builds_rerun_of_builds")
+    )
 
     jobs: Mapped[list[Job]] = relationship(
         back_populates="build", order_by="Job.id", cascade="all, delete-orphan"
@@ -113,7 +119,11 @@ class StageRow(Base):
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     version: Mapped[str | None] = mapped_column(String(100))
     log_tail: Mapped[str] = mapped_column(Text, default="")
-    timings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # StageResult.timings
+    timings: Mapped[dict[str, Any]] = mapped_column(  # StageResult.timings
+        JSON,
+        default=dict,
+        server_default=text("'{}'"),  # rows older than 0007 have none
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="stage_rows")

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -103,10 +104,15 @@ class DeterminismRecord(PerJob, Base):
     timer: Mapped[str | None] = mapped_column(String(16))
     # the comparison point's series it was measured at; None: measured before any pin existed
     pin_id: Mapped[int | None] = mapped_column(
-        ForeignKey("comparison_pins.id", ondelete="SET NULL"), index=True
+        ForeignKey("comparison_pins.id", ondelete="SET NULL", name="fk_determinism_records_pin_id"),
+        index=True,
     )
     # the cost gate's band at the time (core.history.CostBand): median, limit, builds
-    cost_band: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cost_band: Mapped[dict[str, Any]] = mapped_column(
+        JSON,
+        default=dict,
+        server_default=text("'{}'"),  # rows older than 0011 have none
+    )
 
 
 class StageLog(PerJob, Base):
