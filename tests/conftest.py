@@ -55,11 +55,48 @@ def _remove_shared(name: str, path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules marked ``slow`` first: a parallel run hands out whole modules in this order, so
-    the longest start first and the short ones fill the gaps instead of waiting behind them."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: a module's tests stay together
+# How long each module took in the last run that ran it, in pytest's cache (.pytest_cache/).
+MODULE_SECONDS = "fe-ci/module-seconds"
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest modules first. A parallel run hands out whole modules in this order (xdist's
+    own order, by number of tests, is off in pyproject.toml), so the long ones start at once and
+    the short ones fill the gaps at the end, instead of one long module running alone after the
+    rest are done. How long a module takes is what the last run measured (``MODULE_SECONDS``);
+    where no run has (a clean clone, a new module), a module marked ``slow`` counts as longer than
+    any measured one, and any other as the shortest."""
+    seconds: dict[str, float] = config.cache.get(MODULE_SECONDS, {}) if config.cache else {}
+    slow = {_module(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    longest = max(seconds.values(), default=0.0) + 1
+
+    def weight(item: pytest.Item) -> float:
+        module = _module(item.nodeid)
+        return seconds.get(module, longest if module in slow else 0.0)
+
+    items.sort(key=lambda item: -weight(item))  # stable: a module's tests stay together
+
+
+# Each module's seconds in this run: set-up, call and teardown of its tests.
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = _module(report.nodeid)
+    _spent[module] = _spent.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """What this run measured replaces the last run's figure for the modules it ran. Written by
+    the process that hands out the work, which sees every worker's reports."""
+    if _spent and session.config.cache is not None and not hasattr(session.config, "workerinput"):
+        known = session.config.cache.get(MODULE_SECONDS, {})
+        rounded = {module: round(s, 1) for module, s in _spent.items()}
+        session.config.cache.set(MODULE_SECONDS, {**known, **rounded})
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from core.wire import Environment, JobKind, JobLease, Stage
 from runner.state import Identity, KeptResult, State
 from testkit import loopback
@@ -24,6 +26,8 @@ from testkit.waiting import eventually
 from testkit.wheels import make_wheel, sleepy
 from tests.helpers import logged, register, report, submit_wheel, wait_for
 from tests.helpers import stop_process as stop
+
+pytestmark = pytest.mark.slow  # runners riding out outages of a real service: minutes of waiting
 
 CPU_STAGES = ["install", "probe", "refusal"]
 

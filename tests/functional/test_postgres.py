@@ -26,6 +26,8 @@ from tests.helpers import register, report, stage_body, submit_wheel
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 - fixtures
 from tests.racer import race_runner
 
+pytestmark = pytest.mark.slow  # every test twice, on SQLite and on a PostgreSQL server it starts
+
 StartService = Callable[..., Service]
 
 RACERS = 8

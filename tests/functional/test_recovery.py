@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from testkit import loopback
 from testkit.service import SUBMIT, Service
@@ -25,6 +26,8 @@ from testkit.wheels import make_big_wheel, make_wheel, sleepy
 from tests.helpers import logged, stage_body, submit_wheel, wait_for
 from tests.helpers import stop_process as stop
 from tests.tap import read_tap
+
+pytestmark = pytest.mark.slow  # killed and frozen runners and services: minutes of waiting
 
 CPU_STAGES = ["install", "probe", "refusal"]
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from core import repro
 from core.wire import (
     BuildReport,
@@ -25,6 +27,8 @@ from core.wire import (
 from testkit.registry import candidate_env, registry_wheel
 from testkit.service import ROOT, session_caches
 from testkit.wheels import BROKEN, NO_LIBCUDNN, make_wheel
+
+pytestmark = pytest.mark.slow  # a dozen real validate runs of registry wheels
 
 
 def fe_ci(
