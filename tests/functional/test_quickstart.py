@@ -64,3 +64,11 @@ def test_quickstart_sets_up_runs_a_registry_wheel_and_shows_it(tmp_path: Path) -
     assert stages["install"] == "pass" and stages["probe"] == "pass", stages
     # the tokens it generated are kept for the next start
     assert "FE_CI_SUBMIT_TOKEN=" in (repo / "data" / "tokens.env").read_text()
+    # scripts/install put numpy beside torch (torch's wheel does not require it), so torch
+    # imports without "Failed to initialize NumPy"
+    imported = subprocess.run(
+        [repo / ".venv" / "bin" / "python", "-c", "import torch, numpy; print(numpy.__file__)"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert imported.returncode == 0 and imported.stderr.strip() == "", imported.stderr
+    assert imported.stdout.startswith(str(repo / ".venv")), imported.stdout
