@@ -18,7 +18,6 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -93,6 +92,8 @@ class StatusReporter:
         repo = self._repo_api()
         if repo is None:
             return
+        import httpx  # here, not at the top: a service that posts nothing never imports it
+
         try:
             if self.app is not None:
                 code = self._check_run(repo, status)
@@ -116,6 +117,8 @@ class StatusReporter:
             )
 
     def _status(self, repo: str, status: CommitStatus, token: str) -> int:
+        import httpx
+
         body = {
             "state": status.state,
             "target_url": status.target_url,
@@ -129,6 +132,8 @@ class StatusReporter:
         return resp.status_code
 
     def _check_run(self, repo: str, status: CommitStatus) -> int:
+        import httpx
+
         assert self.app is not None
         headers = {**HEADERS, "Authorization": f"Bearer {self.app.token()}"}
         body: dict[str, Any] = {"status": status.phase, "details_url": status.target_url}
@@ -173,6 +178,8 @@ class StatusReporter:
     def _find_run(self, repo: str, status: CommitStatus, headers: dict[str, str]) -> int | None:
         """The run this service created for the context before it restarted, if any: completing
         it beats leaving it ``in_progress`` for ever beside a new one."""
+        import httpx
+
         resp = httpx.get(
             f"{repo}/commits/{status.commit}/check-runs",
             params={"check_name": status.context, "filter": "all"},

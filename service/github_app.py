@@ -15,8 +15,6 @@ import threading
 import time
 from datetime import datetime
 
-import httpx
-
 HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
 
 
@@ -62,6 +60,8 @@ class AppAuth:
             return self._token
 
     def _fetch(self) -> tuple[str, float]:
+        import httpx  # here, not at the top: only a service with a GitHub App needs it
+
         url = f"{self.api}/app/installations/{self.installation}/access_tokens"
         headers = {**HEADERS, "Authorization": f"Bearer {app_jwt(self.app_id, self.pem)}"}
         resp = httpx.post(url, headers=headers, timeout=15)

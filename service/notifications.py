@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from sqlalchemy import CursorResult, event, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import (
@@ -282,6 +281,8 @@ class Notifier:
         if self.settings.notify_secret:
             headers["X-FE-CI-Signature-256"] = signature(self.settings.notify_secret, body)
         assert self.settings.notify_url is not None
+        import httpx  # here, not at the top: a service with no FE_CI_NOTIFY_URL never needs it
+
         try:
             resp = httpx.post(self.settings.notify_url, content=body, headers=headers, timeout=15)
         except httpx.HTTPError as exc:
