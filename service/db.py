@@ -90,7 +90,7 @@ def migrate(url: str) -> None:
 
     A database at head is left as it is, and an empty one gets the models' tables and the head
     stamp in one transaction (Alembic's recipe for a database built from scratch): neither needs
-    Alembic, whose import and twelve revisions were a third of a service start's CPU. Only a
+    Alembic, whose import and twelve revisions were a sixth of a service start's CPU. Only a
     database behind head runs the revisions. ``tests/functional/test_migrations.py`` checks that
     both ways give the same schema.
 
