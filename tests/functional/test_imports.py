@@ -301,3 +301,33 @@ def test_the_service_opens_sessions_through_deps_alone(tmp_path: Path) -> None:
     seen = tmp_path / "m.py"
     seen.write_text("app.state.sessions = s\nwith request.app.state.sessions() as s:\n    pass\n")
     assert state_sessions_reads(seen) == [2]  # the check sees a read, and leaves the setting be
+
+
+# ------------------------------------------------------------------ what a service start loads
+
+START = """
+import os, sys, json
+from service.app import create_app
+from service.config import Settings
+create_app(Settings())  # an empty SQLite file: its tables made from the models
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"alembic", "httpx"})))
+"""
+
+
+def test_a_service_start_on_a_new_database_loads_neither_alembic_nor_httpx(tmp_path: Path) -> None:
+    """Alembic only for a database behind head, httpx only to post a status or notification:
+    together they were about a fifth of a start's CPU (bench/service_starts.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        FE_CI_DATA_DIR=str(tmp_path / "data"),
+        FE_CI_GPU_ARCHS="",
+        FE_CI_RUNNER_LABELS="",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", START], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []
+    assert (tmp_path / "data" / "fe-ci.sqlite3").stat().st_size > 0
