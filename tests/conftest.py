@@ -70,7 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rest are done. How long a module takes is what the last run measured (``MODULE_SECONDS``);
     where no run has (a clean clone, a new module), a module marked ``slow`` counts as longer than
     any measured one, and any other as the shortest."""
-    seconds: dict[str, float] = config.cache.get(MODULE_SECONDS, {}) if config.cache else {}
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    seconds: dict[str, float] = cache.get(MODULE_SECONDS, {}) if cache else {}
     slow = {_module(item.nodeid) for item in items if item.get_closest_marker("slow")}
     longest = max(seconds.values(), default=0.0) + 1
 
@@ -93,10 +94,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """What this run measured replaces the last run's figure for the modules it ran. Written by
     the process that hands out the work, which sees every worker's reports."""
-    if _spent and session.config.cache is not None and not hasattr(session.config, "workerinput"):
-        known = session.config.cache.get(MODULE_SECONDS, {})
+    cache = getattr(session.config, "cache", None)
+    if _spent and cache is not None and not hasattr(session.config, "workerinput"):
+        known = cache.get(MODULE_SECONDS, {})
         rounded = {module: round(s, 1) for module, s in _spent.items()}
-        session.config.cache.set(MODULE_SECONDS, {**known, **rounded})
+        cache.set(MODULE_SECONDS, {**known, **rounded})
 
 
 @pytest.fixture
