@@ -65,8 +65,8 @@ def test_a_cold_cache_gets_a_process_for_the_deterministic_arm(tmp_path: Path) -
     pids = [c.pid for c in early.children]
     assert [c.knob for c in early.children] == [True]  # the arm the walk warms up last
     assert os.getpid() not in pids
-    deadline = time.monotonic() + 60
-    while not list((tmp_path / "kern").glob("*.o")) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # until it has written its kernel and said so, and ended
+    while time.monotonic() < deadline and not all(_exited(c.pid) for c in early.children):
         time.sleep(0.05)
     timings = early.finish()
     # the smallest config, each arm in its own process (not this one)
