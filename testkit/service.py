@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ class Service:
     env: dict[str, str]
     port: int = field(default_factory=free_port)
     command: list[str] | None = None
-    proc: subprocess.Popen[bytes] | None = None
+    proc: processes.Process | None = None
 
     @property
     def url(self) -> str:
@@ -107,7 +107,7 @@ class Service:
 
     def _start_once(self, timeout_s: float) -> bool:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = processes.popen(
                 self._argv(), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
             )
         proc = self.proc
@@ -166,10 +166,10 @@ class Service:
 
     def start_runner(
         self, log: Path, *args: str, module: tuple[str, ...] = ("runner.cli",), **env: str
-    ) -> subprocess.Popen[bytes]:
+    ) -> processes.Process:
         """``python -m <module> runner <args>`` against this service, stderr appended to ``log``."""
         with open(log, "ab") as err:
-            return subprocess.Popen(
+            return processes.popen(
                 [sys.executable, "-m", *module, "runner", *args],
                 env=self.runner_env(**env),
                 cwd=ROOT,

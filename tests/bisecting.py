@@ -5,12 +5,11 @@ after a green one.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
 from tests.helpers import push, send, wait_for
@@ -58,11 +57,10 @@ def runner_env(svc: Service) -> dict[str, str]:
 def run_once(svc: Service, times: int) -> None:
     """A builder runner that takes one job and exits, ``times`` over: the queue moves in steps."""
     for _ in range(times):
-        proc = subprocess.run(
+        proc = processes.run(
             [sys.executable, "-m", "runner.cli", "runner", "--once"],
             env=runner_env(svc),
             cwd=ROOT,
-            capture_output=True,
             text=True,
             timeout=300,
         )

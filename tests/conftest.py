@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from testkit import processes
 from testkit.service import ROOT, SESSION_KERNELS, SESSION_LAYERS, Service, service_env
 from tests.bisecting import runner_env
 from tests.helpers import CHROMIUM, UploadServer, chromium
@@ -34,8 +35,11 @@ def pytest_configure(config: pytest.Config) -> None:
     sm_100a kernels (about 18 s of CPU on a CPU host) are compiled once instead of once per runner
     cache or ``fe-ci validate`` run. ``FE_CI_TEST_LAYERS_DIR`` or
     ``FE_CI_TEST_COMPILE_CACHE_DIR`` set beforehand is used as it is, and kept."""
+    config.add_cleanup(processes.close)
     if hasattr(config, "workerinput"):
         return
+    # fe-ci's processes (services, runners, the CLI) fork from a warm parent: testkit/processes.py
+    os.environ.setdefault(processes.ENABLED, "1")
     for name, prefix in ((SESSION_LAYERS, "layers"), (SESSION_KERNELS, "compile-cache")):
         if os.environ.get(name):
             continue
@@ -183,18 +187,19 @@ def upload_server(upload_server_running: UploadServer) -> UploadServer:
 @pytest.fixture
 def builder_runner(tmp_path: Path) -> Iterator[Any]:
     """``builder_runner(svc)`` starts a builder runner that serves until the test ends."""
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[processes.Process] = []
 
     def _start(svc: Service) -> None:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "runner.cli", "runner"],
-                env=runner_env(svc),
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=open(tmp_path / "runner.log", "ab"),  # noqa: SIM115
+        with open(tmp_path / "runner.log", "ab") as log:
+            procs.append(
+                processes.popen(
+                    [sys.executable, "-m", "runner.cli", "runner"],
+                    env=runner_env(svc),
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
             )
-        )
 
     yield _start
     for proc in procs:

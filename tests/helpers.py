@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 
 from service import uploads, wheelcheck
 from service.errors import ApiError
-from testkit import loopback, wheels
+from testkit import loopback, processes, wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
@@ -337,7 +337,7 @@ def seeded_service(
         svc.stop()
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+def stop_process(proc: processes.Process, timeout: float = 60.0) -> int:
     """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds: its exit status."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

@@ -13,19 +13,15 @@ import pytest
 
 from runner.cli_common import EXIT_BAD_INPUT
 from testkit import frontend_repo as fr
+from testkit import processes
 from testkit.service import ROOT, service_env
 
 pytestmark = pytest.mark.slow
 
 
 def fe_ci(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return processes.run(
+        [sys.executable, "-m", "runner.cli", *args], env=env, cwd=ROOT, text=True, timeout=600
     )
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from core.subjects import SUBJECTS
 from core.wire import Stage, StageResult, Status
 from runner.progress import DOING, StageProgress
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from testkit.wheels import make_wheel
 
@@ -28,12 +28,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def fe_ci(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "runner.cli", *args],
         cwd=cwd,
         env=_env(**extra),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -64,7 +62,7 @@ def test_submit_wait_says_no_capable_runner_is_alive(tmp_path: Path, make_servic
     svc: Service = make_service(FE_CI_GPU_ARCHS="sm_100")
     wheel = make_wheel(tmp_path / "w", "1.32.0", "")
     env = _env(FE_CI_URL=svc.url, FE_CI_SUBMIT_TOKEN=svc.env["FE_CI_SUBMIT_TOKEN"])
-    proc = subprocess.Popen(
+    proc = processes.popen(
         [sys.executable, "-m", "runner.cli", "submit", str(wheel), "--wait"],
         cwd=tmp_path,
         env=env,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import processes
 from testkit.service import ROOT, Service
 
 EXIT_BAD_INPUT = 4
@@ -19,14 +20,8 @@ EXIT_BAD_INPUT = 4
 def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_") and k != "COLUMNS"}
     env.update({"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": ""}, **extra_env)
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return processes.run(
+        [sys.executable, "-m", "runner.cli", *args], cwd=cwd, env=env, text=True, timeout=120
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner import jail
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.registry import registry_wheel
 from testkit.service import ROOT, Service
 from tests.helpers import push, send, wait_for
@@ -113,13 +113,14 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
         resp = send(svc, push(after=sha), delivery=f"d-{i}")
         assert resp.status_code == 200, resp.text
         ids.append(resp.json()["build_id"])
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "runner"],
-        env=svc.runner_env(FE_CI_RUNNER_NAME="builder-1", FE_CI_RUNNER_LABELS="builder=1"),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "runner.log", "wb"),  # noqa: SIM115
-    )
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = processes.popen(
+            [sys.executable, "-m", "runner.cli", "runner"],
+            env=svc.runner_env(FE_CI_RUNNER_NAME="builder-1", FE_CI_RUNNER_LABELS="builder=1"),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     try:
         reports = [wait_for(svc, b, finished, timeout=900) for b in ids]  # one report a poll
     finally:
@@ -158,11 +159,10 @@ def test_unknown_commit_is_classified(make_service, tmp_path: Path) -> None:  # 
     git(repo, "commit", "-q", "--allow-empty", "-m", "root")
     svc: Service = make_service(FE_CI_REPO_URL=str(repo), FE_CI_GPU_ARCHS="")
     build_id = send(svc, push(after="c" * 40)).json()["build_id"]
-    proc = subprocess.run(
+    proc = processes.run(
         [sys.executable, "-m", "runner.cli", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME="b", FE_CI_RUNNER_LABELS="builder=1"),
         cwd=ROOT,
-        capture_output=True,
         text=True,
         timeout=300,
     )

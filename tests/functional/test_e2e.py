@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from tests.helpers import submit_wheel
 
@@ -17,11 +17,10 @@ pytestmark = pytest.mark.slow  # the runner installs the registry wheel into a f
 def run_runner_once(
     svc: Service, name: str = "ci-1", timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "runner.cli", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME=name),
         cwd=ROOT,
-        capture_output=True,
         text=True,
         timeout=timeout,
     )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
+from testkit import processes
 from testkit.service import Service
 from testkit.waiting import eventually
 from testkit.wheels import BROKEN, HANG, SEGFAULT, make_wheel
 from tests.helpers import processes_in, submit_wheel, wait_for
 
 
-def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+def start_runner(svc: Service, tmp_path: Path, *args: str, **env: str) -> processes.Process:
     return svc.start_runner(tmp_path / "runner.log", *args, FE_CI_RUNNER_NAME="r1", **env)
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from core.wire import Stage, Status
 from runner import jail, pipeline, pipeline_options
+from testkit import processes
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
 from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
@@ -88,11 +89,10 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def run_once(svc: Service, name: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "runner.cli", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME=name, **env),
         cwd=ROOT,
-        capture_output=True,
         text=True,
         timeout=600,
     )

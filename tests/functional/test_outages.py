@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import socket
 import sqlite3
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 
 from core.wire import Environment, JobKind, JobLease, Stage
 from runner.state import Identity, KeptResult, State
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.proxy import Proxy
 from testkit.service import Service
 from testkit.waiting import eventually
@@ -34,7 +33,7 @@ CPU_STAGES = ["install", "probe", "refusal"]
 
 def start_runner(
     svc: Service, tmp_path: Path, log: str = "r1", url: str | None = None, **env: str
-) -> subprocess.Popen[bytes]:
+) -> processes.Process:
     """``fe-ci runner`` named r1 (its cache dir the service's runner cache), logging to LOG.log."""
     settings = {
         "FE_CI_RUNNER_NAME": "r1",

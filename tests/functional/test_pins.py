@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from runner.inside import plan
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_wheel
 from tests.fakesubjects import SDPA_CONFIGS, posted_stage
@@ -189,7 +189,7 @@ def test_fe_ci_pin_lists_and_re_pins(stream: Stream) -> None:
 
     def fe_ci(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "runner.cli", "pin", *args]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        return processes.run(cmd, env=env, text=True, timeout=120)
 
     listed = fe_ci()
     assert (

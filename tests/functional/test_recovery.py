@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_big_wheel, make_wheel, sleepy
@@ -34,7 +33,7 @@ CPU_STAGES = ["install", "probe", "refusal"]
 
 def start_runner(
     svc: Service, tmp_path: Path, name: str, *, tap: Path | None = None, **env: str
-) -> subprocess.Popen[bytes]:
+) -> processes.Process:
     """``fe-ci runner`` as its own process (through tests/tap.py when ``tap`` is given)."""
     module = ("tests.tap", str(tap)) if tap else ("runner.cli",)
     settings = {
@@ -68,7 +67,7 @@ def test_runner_killed_mid_job_is_replaced_and_its_late_posts_refused(
     build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.0", sleepy(2)))
     tap = tmp_path / "r1.tap"
     r1 = start_runner(svc, tmp_path, "r1", tap=tap)
-    r2: subprocess.Popen[bytes] | None = None
+    r2: processes.Process | None = None
     try:
         wait_for(svc, build_id, has_stage("install"))  # the probe now sleeps in the import
         r1.send_signal(signal.SIGKILL)
@@ -313,7 +312,7 @@ def test_a_frozen_runner_thawed_after_its_lease_is_refused_and_goes_on(
     svc: Service = make_service(FE_CI_LEASE_SECONDS="3", FE_CI_SWEEP_INTERVAL_S="0.3")
     build_id = submit_wheel(svc, make_wheel(tmp_path / "w", "9.2.5", sleepy(2)))
     r1 = start_runner(svc, tmp_path, "r1")
-    r2: subprocess.Popen[bytes] | None = None
+    r2: processes.Process | None = None
     log_path = tmp_path / "r1.log"
     try:
         r = wait_for(svc, build_id, has_stage("install"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import ADMIN, REGISTER, ROOT, Service, service_env
 from testkit.waiting import eventually
 
@@ -32,15 +32,16 @@ def claim(svc: Service, token: str) -> int:
     return resp.status_code
 
 
-def runner_cli(svc: Service, tmp_path: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+def runner_cli(svc: Service, tmp_path: Path, name: str, *args: str) -> processes.Process:
     env = svc.runner_env(FE_CI_RUNNER_NAME=name, FE_CI_CLAIM_WAIT_S="0")
-    return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", "runner", "--once", *args],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / f"{name}.log", "ab"),
-    )
+    with open(tmp_path / f"{name}.log", "ab") as log:
+        return processes.popen(
+            [sys.executable, "-m", "runner.cli", "runner", "--once", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 def test_a_revoked_name_stays_revoked_until_an_operator_lifts_it(service: Service) -> None:

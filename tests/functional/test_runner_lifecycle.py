@@ -9,7 +9,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from testkit import loopback
+from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
 
@@ -44,11 +44,10 @@ def submit_commit(svc: Service) -> dict:
 
 def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
-    proc = subprocess.run(
+    proc = processes.run(
         [sys.executable, "-m", "runner.cli", "runner", "--once"],
         env=runner_env(svc, "once-1"),
         cwd=ROOT,
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -62,7 +61,7 @@ def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> N
 
 def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_service) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
-    proc = subprocess.Popen(
+    proc = processes.popen(
         [sys.executable, "-m", "runner.cli", "runner"],
         env=runner_env(svc, "term-1"),
         cwd=ROOT,

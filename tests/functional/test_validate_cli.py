@@ -24,6 +24,7 @@ from core.wire import (
     Status,
     Verdict,
 )
+from testkit import processes
 from testkit.registry import candidate_env, registry_wheel
 from testkit.service import ROOT, session_caches
 from testkit.wheels import BROKEN, NO_LIBCUDNN, make_wheel
@@ -44,13 +45,8 @@ def fe_ci(
         }
     )
     env.update(extra_env)
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    return processes.run(
+        [sys.executable, "-m", "runner.cli", *args], cwd=cwd, env=env, text=True, timeout=timeout
     )
 
 
