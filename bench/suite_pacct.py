@@ -12,7 +12,8 @@ The accounting file holds one record per ended process (Linux's acct v3: pid, pa
 CPU); the pytest workers are the pids the per-test accounting named its files after
 (``rows-<pid>.json``). A process's kind comes from its name and its ancestors' names.
 ``--by-module`` charges every process a worker started, waited for or not, to the test module
-that was running on that worker when the process's outermost ancestor below the worker started
+that was running on that worker when the process's outermost ancestor below the worker (or below
+the worker's fork server, ``testkit/forkserver.py``) started
 (accounting's start times are whole seconds: a process started in the second two modules share
 goes to the later one).
 """
@@ -24,9 +25,13 @@ import bisect
 import json
 import os
 import struct
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testkit.forkserver import CHILD_NAME, SERVER_NAME
 
 _RECORD = struct.Struct("<BBHIIIIIIf8H16s")  # struct acct_v3
 _HZ = os.sysconf("SC_CLK_TCK")
@@ -81,9 +86,13 @@ def kind(p: Proc, ancestors: list[str], worker_child: bool) -> str:
         return "postgres"
     if name == "git" or "git" in ancestors:
         return "git"
+    if name == SERVER_NAME:
+        return "the tests' fork servers (testkit/forkserver.py)"
+    if name == CHILD_NAME:
+        return "fe-ci forked from a fork server (services, runners, CLI)"
     if name.startswith("python") and worker_child:
         return "python started by a test (services, runners, CLI)"
-    if name.startswith("python") and ancestors and ancestors[0].startswith("python"):
+    if name.startswith("python") and ancestors and ancestors[0].startswith(("python", CHILD_NAME)):
         return "python started by those (runner/service subprocesses)"
     if name == "bash" or "bash" in ancestors:
         return "shell scripts (setup, quickstart, containers)"
@@ -136,8 +145,12 @@ def by_module(procs: list[Proc], by_pid: dict[int, Proc], rows_dir: Path, top: i
     kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for p in procs:
         line, parent = p, by_pid.get(p.ppid)
+        through_server = False  # a fork server's child starts a line of its own
         while parent is not None and parent.pid not in starts:
-            line, parent = parent, by_pid.get(parent.ppid)
+            through_server = through_server or parent.name.rstrip("*") == SERVER_NAME
+            if not through_server:
+                line = parent
+            parent = by_pid.get(parent.ppid)
         if parent is None or p.pid in starts:
             continue
         tests = starts[parent.pid]
