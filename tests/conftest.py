@@ -3,6 +3,8 @@ runner cache, a browser, the upload app.
 
 The service, its environment and the free port are ``testkit.service``'s (the benchmarks start
 the same one): tests import them from there, and helpers from tests/helpers.py, never from here.
+fe-ci's own processes (services, runners, CLI runs) are forked from a warm parent in each test
+process (``testkit/processes.py``): the session sets ``FE_CI_TEST_FORKSERVER``.
 """
 
 from __future__ import annotations
