@@ -4,7 +4,7 @@ A service start is about 1 s of CPU, nearly all of it importing FastAPI, SQLAlch
 fe-ci's modules (``bench/service_starts.py``); a runner or CLI start about 0.4 s. A test session
 starts some hundreds of them on a 2-core machine. ``popen`` and ``run`` take the place of
 ``subprocess.Popen`` and ``subprocess.run`` for ``python -m MODULE ...``: where they can, the
-process is a fork of this test process's fork server (``testkit/processes.py``), which imported
+process is a fork of this test process's fork server (``testkit/forkserver.py``), which imported
 those modules once; such a start costs about 0.13 s of CPU. What runs is the real code, as
 ``python -m`` runs it, on real sockets and files; only its imports were done before it existed.
 
