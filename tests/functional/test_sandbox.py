@@ -136,7 +136,16 @@ def test_a_setsid_child_dies_with_the_stage(
 ) -> None:
     own, uid = job
     token = "7919.0101"  # a sleep nobody else runs
-    code = f"import subprocess; subprocess.Popen(['setsid', 'sleep', '{token}']); print('left')"
+    # the stage ends only once its child is in a session of its own: until setsid(1) has called
+    # setsid(2) it is still in the stage's process group, which the control below kills
+    code = f"""
+        import os, subprocess, time
+        child = subprocess.Popen(['setsid', 'sleep', '{token}'])
+        deadline = time.monotonic() + 30
+        while os.getsid(child.pid) != child.pid and time.monotonic() < deadline:
+            time.sleep(0.005)
+        print('left')
+    """
     out = _run(own, uid, code)
     assert out.ok and "left" in out.log_tail, out
     wait_gone(lambda: processes_with(token), f"a setsid child of the {mechanism} sandbox")
