@@ -170,12 +170,15 @@ def _accept(
     listener: socket.socket, children: dict[int, socket.socket]
 ) -> tuple[dict[str, Any], socket.socket] | None:
     conn, _ = listener.accept()
+    fds: list[int] = []
     try:
         msg, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 3)
         request = json.loads(msg)
         if len(fds) != 3:
             raise ValueError(f"{len(fds)} descriptors, not 3")
     except (OSError, ValueError) as exc:
+        for fd in fds:  # a refused request's descriptors are not kept open here
+            os.close(fd)
         with contextlib.suppress(OSError):
             conn.send(json.dumps({"error": repr(exc)}).encode())
         conn.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -130,3 +131,25 @@ def test_a_variable_read_at_import_given_another_value_gets_a_fresh_interpreter(
                            env=env(FE_CI_EXTRA_SUBJECTS=str(extension)))  # fmt: skip
     assert plain.returncode == 0 and added.returncode == 0, plain.stderr + added.stderr
     assert "toy_sum_bwd" not in plain.stdout and "toy_sum_bwd" in added.stdout
+
+
+def test_a_request_without_its_three_streams_is_refused_and_leaves_no_descriptor_open() -> None:
+    server = processes.Server()
+    try:
+        fds = Path(f"/proc/{server.proc.pid}/fd")
+        before = len(list(fds.iterdir()))
+        for _ in range(5):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+                conn.settimeout(30)
+                conn.connect(server.path)
+                request = {"module": "tests.forkchild", "args": [], "env": env(), "cwd": str(ROOT)}
+                socket.send_fds(conn, [json.dumps(request).encode()], [1, 2])
+                reply = json.loads(conn.recv(4096))
+            assert "2 descriptors, not 3" in reply["error"]
+        assert len(list(fds.iterdir())) == before
+        assert server.alive()  # and it still serves a good request
+        ok = server.spawn("tests.forkchild", ["report"], env=env(), cwd=ROOT, stdin=None,
+                          stdout=subprocess.DEVNULL, stderr=None, text=True)  # fmt: skip
+        assert ok.wait(timeout=60) == 0
+    finally:
+        server.close()
