@@ -1,4 +1,4 @@
-"""A child for tests/functional/test_processes.py: ``python -m tests.forkchild MODE [ARG]``.
+"""A child for tests/functional/test_forkserver.py: ``python -m tests.forkchild MODE [ARG]``.
 
 ``report``: prints what it was given (argv, working directory, an environment variable, the head
 of ``sys.path``, stdin) as one JSON line, a line on stderr, and exits with ARG. ``wait``: prints
