@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -61,9 +62,7 @@ class Forked:
         self._conn.settimeout(timeout)
         try:
             msg = self._conn.recv(4096)
-        except TimeoutError:
-            return None
-        except BlockingIOError:
+        except (TimeoutError, BlockingIOError):  # no status yet
             return None
         self.returncode = int(json.loads(msg)["returncode"]) if msg else -signal.SIGKILL
         self._conn.close()
@@ -146,6 +145,11 @@ class Server:
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None
+        ready_in_time, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        if not ready_in_time:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"the fork server was not ready within {START_TIMEOUT_S:g} s")
         line = self.proc.stdout.readline()
         ready = json.loads(line) if line else {}
         if not ready.get("ready"):

@@ -1,9 +1,10 @@
 """A child for tests/functional/test_forkserver.py: ``python -m tests.forkchild MODE [ARG]``.
 
 ``report``: prints what it was given (argv, working directory, an environment variable, the head
-of ``sys.path``, stdin) as one JSON line, a line on stderr, and exits with ARG. ``wait``: prints
-its pid and sleeps until signalled. ``leave``: starts a thread that writes ARG (a path) after a
-moment and registers an ``atexit`` handler that appends to it, then returns at once.
+of ``sys.path``, stdin, its parent's pid) as one JSON line, a line on stderr, and exits with ARG.
+``wait``: prints its pid and sleeps until signalled. ``leave``: starts a thread that writes ARG
+(a path) after a moment and registers an ``atexit`` handler that appends to it, then returns at
+once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> None:
             "path1": sys.path[1],
             "stdin": sys.stdin.read(),
             "main": __name__,
+            "parent": os.getppid(),
         }))  # fmt: skip
         print("to stderr", file=sys.stderr)
         raise SystemExit(int(arg or 0))

@@ -47,6 +47,8 @@ def test_a_forked_child_gets_its_arguments_environment_place_streams_and_status(
     )
     assert got.returncode == 3, got.stderr
     doc = json.loads(got.stdout)
+    assert processes._server is not None
+    assert doc.pop("parent") == processes._server.proc.pid  # forked, not started afresh
     assert doc == {
         "argv": ["report", "3"],
         "cwd": str(tmp_path),
