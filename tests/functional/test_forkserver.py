@@ -147,6 +147,7 @@ def test_a_request_without_its_three_streams_is_refused_and_leaves_no_descriptor
                 request = {"module": "tests.forkchild", "args": [], "env": env(), "cwd": str(ROOT)}
                 socket.send_fds(conn, [json.dumps(request).encode()], [1, 2])
                 reply = json.loads(conn.recv(4096))
+                assert conn.recv(4096) == b""  # the server has closed its end: counted below
             assert "2 descriptors, not 3" in reply["error"]
         assert len(list(fds.iterdir())) == before
         assert server.alive()  # and it still serves a good request
