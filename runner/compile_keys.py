@@ -4,8 +4,12 @@ outside the sandbox from the files the candidate installed (a candidate never na
 Two keys. ``CacheKey`` is the whole candidate: every installed file by content, the CuTe DSL's
 distributions, the arch, torch, Python and the subjects' definitions; only a build with identical
 files reads it. ``SourceKey`` leaves out what no kernel is compiled from (the native extension
-modules, prose): two builds whose C++ extension or docs differ share it. The version a build
-reports is a label, not an input, so a re-labelled wheel keeps its kernels under both. What a
+modules, prose): two builds whose C++ extension or docs differ share it. Every byte that can run
+counts: nothing a candidate can extend is normalized. The one exception is the version label, and
+only as an exact string literal assignment on a line of its own (``__version__ = "1.32.0"``): a
+re-labelled wheel keeps its kernels, while a line that does anything more (``__version__ =
+"1.32.0"; exec(...)``) is hashed as it is. Byte code (``__pycache__``, ``.pyc``) counts like any
+file: a candidate is installed without byte-compiling, so a ``.pyc`` it ships is what runs. What a
 candidate can make the runner read here is bounded (hostile input). ``runner/compile_cache.py``
 keeps the entries under these keys.
 """
@@ -34,9 +38,12 @@ SUBJECTS_SRC = Path(__file__).parent / "inside" / "subjects"  # dtypes and confi
 MAX_SOURCE_FILES = 20_000
 MAX_SOURCE_BYTES = 2 << 30
 
-# The version a build reports is a label: it is not an input of any kernel, and a re-labelled
-# wheel with the same code keeps its kernels.
-_VERSION_LINE = re.compile(rb"^(\s*__version__\s*[:=][^\n]*)$", re.M)
+# The version a build reports is a label: a re-labelled wheel with the same code keeps its kernels.
+# Only a whole line that is exactly the assignment of a plain string literal is a label: no
+# indentation, no annotation, no other statement, no escape, no second string (hostile input).
+_LABEL = rb"[0-9A-Za-z.+!_-]{1,64}"
+_VERSION_LINE = re.compile(rb'^__version__ = (?:"' + _LABEL + rb'"|\'' + _LABEL + rb"')$", re.M)
+VERSION_LABEL = b"__version__ = <label>"
 # Files of the candidate that no persisted kernel is compiled from: its native extension modules
 # (the cuDNN graph API's bindings: the CuTe DSL compiles Python, and JIT-compiled CUDA sources
 # ship as .cu/.cpp/.h files, which count) and its prose.
@@ -95,9 +102,8 @@ def _hash_tree(
         h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
         return
     if path.is_dir():
-        for child in sorted(os.listdir(path)):
-            if child != "__pycache__":
-                _hash_tree(h, base, f"{rel}/{child}", budget, skip)
+        for child in sorted(os.listdir(path)):  # __pycache__ too: Python runs what it finds there
+            _hash_tree(h, base, f"{rel}/{child}", budget, skip)
         return
     if not path.is_file():
         return
@@ -107,7 +113,7 @@ def _hash_tree(
         raise TooLarge(f"more than {MAX_SOURCE_FILES} files or {MAX_SOURCE_BYTES} bytes")
     data = path.read_bytes()
     if rel.endswith(".py"):
-        data = _VERSION_LINE.sub(b"__version__ = <label>", data)
+        data = _VERSION_LINE.sub(VERSION_LABEL, data)
     h.update(f"F {rel} {len(data)}\0".encode())
     h.update(data)
 

@@ -76,10 +76,8 @@ def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: 
     )
     init = site / "cudnn/__init__.py"
     init.write_text(init.read_text().replace("1.32.0", "1.33.0"))
-    # and files that are not the candidate's: another distribution, bytecode
+    # and files that are not the candidate's: another distribution
     (site / "unrelated/__init__.py").write_text("x = 2\n")
-    (site / "cudnn/__pycache__").mkdir()
-    (site / "cudnn/__pycache__/x.cpython-311.pyc").write_bytes(b"\0")
     assert _key(site) == first
     # a file on disk the RECORD does not list is still hashed
     (site / "cudnn/kernels/extra.py").write_text("import cutlass\n")
@@ -89,6 +87,46 @@ def test_the_key_follows_the_kernel_sources_and_nothing_a_candidate_names(site: 
     # the compiler and the arch are part of what a kernel is
     assert _key(site, family="sm_100") != first
     (site / "nvidia_cutlass_dsl-4.8.1.dist-info/RECORD").write_text("cutlass/__init__.py,,x\n")
+    assert _key(site) != first
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '__version__ = "1.32.0"; import os',  # another statement after the label
+        '__version__ = "1.32.0" if __import__("os") else ""',
+        '__version__: str = "1.32.0"',  # an annotation
+        '    __version__ = "1.32.0"',  # indented: inside whatever block precedes it
+        '__version__ = "1.32.0"  # a comment',
+        '__version__ = "1.32" ".0"',
+        '__version__ = "1.32.0"\r',
+        '__version__ = f"1.32.0"',
+    ],
+)
+def test_a_version_line_that_does_more_than_label_is_hashed_as_it_is(site: Path, line: str) -> None:
+    """Only an exact string literal assignment on a line of its own is a label; a line with
+    anything more keys like any other code, so a wheel cannot borrow the genuine build's key."""
+    init = site / "cudnn/__init__.py"
+    genuine = init.read_bytes()
+    first = _key(site)
+    init.write_bytes(genuine.replace(b'__version__ = "1.32.0"', b'__version__ = "9.9.9"'))
+    assert _key(site) == first  # a plain re-label keeps the key, either quote
+    init.write_bytes(genuine.replace(b'"1.32.0"', b"'1.32.0'"))
+    assert _key(site) == first
+    init.write_bytes(genuine.replace(b'__version__ = "1.32.0"', line.encode()))
+    assert _key(site) != first
+
+
+def test_byte_code_counts(site: Path) -> None:
+    """A candidate is installed without byte-compiling: a ``.pyc`` it ships is what runs."""
+    first = _key(site)
+    cache = site / "cudnn/__pycache__"
+    cache.mkdir()
+    (cache / "__init__.cpython-311.pyc").write_bytes(b"\0")
+    assert _key(site) != first
+    (cache / "__init__.cpython-311.pyc").unlink()
+    assert _key(site) == first
+    (site / "cudnn/kernels/stray.pyc").write_bytes(b"\0")
     assert _key(site) != first
 
 
