@@ -13,6 +13,9 @@ this 2-core host; ``test_subjects.py`` compiles the real ones for sm_100a. The s
 
 from __future__ import annotations
 
+import importlib.util
+import py_compile
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,11 +46,20 @@ if _root:
 KERNEL = "import cutlass\n\n@cute.kernel\ndef attention():\n    pass\n"
 
 
-def candidate(dest: Path, label: str, kernel: str = KERNEL, readme: str = "docs\n") -> Path:
+def candidate(
+    dest: Path,
+    label: str,
+    kernel: str = KERNEL,
+    readme: str = "docs\n",
+    *,
+    init: str = COMPILER,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
     """A frontend wheel: the compiler above, a kernel source, a native extension that says which
     build it is (a C++ change gives every commit a new one) and prose."""
     version = "1.32.0"
-    members = frontend_members(version, COMPILER, ("torch",))
+    members = frontend_members(version, init, ("torch",))
+    members.update(extra or {})
     members["cudnn/kernels/attention.py"] = kernel.encode()
     members["cudnn/_compiled_module.so"] = label.encode()
     members["cudnn/README.md"] = readme.encode()
@@ -163,3 +175,70 @@ def test_the_service_trusts_only_commits_its_own_builder_built(
     assert (second["build_id"], second["trusted_source"]) == (commit, True)
     # the lease is the service's word: nothing a runner or a submitter sends changes it
     assert loopback.get(f"{svc.url}/api/builds/{commit}").json()["source"] == "commit"
+
+
+GENUINE = '__version__ = "1.32.0"\n' + COMPILER
+# before the compiler runs, the attack writes the entry the genuine build would compile
+PLANT = (
+    "import hashlib, os, pathlib\n"
+    "_d = os.environ.get('CUTE_DSL_CACHE_DIR')\n"
+    "_s = (pathlib.Path(__file__).parent / 'kernels' / 'attention.py').read_bytes()\n"
+    "if _d: (pathlib.Path(_d) / f'kernel-{hashlib.sha256(_s).hexdigest()[:12]}.bin')"
+    ".write_text('POISONED: planted by another wheel')\n"
+)
+
+
+def poisoner(dest: Path, how: str) -> Path:
+    """An upload whose every file is the genuine build's (its native module says "genuine" too),
+    but for what runs first: the version line extended with the plant, or the genuine source
+    with a shipped unchecked-hash ``.pyc`` of the plant (installed without byte-compiling,
+    Python runs it without reading the source)."""
+    if how == "version line":
+        return candidate(
+            dest, "genuine", init=f'__version__ = "1.32.0"; exec({PLANT!r})\n' + COMPILER
+        )
+    source = dest / "poison" / "__init__.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(PLANT + COMPILER)
+    tag = importlib.util.cache_from_source("__init__.py").split("/")[-1]
+    pyc = py_compile.compile(
+        str(source),
+        cfile=str(dest / "poison" / tag),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    extra = {f"cudnn/__pycache__/{tag}": Path(pyc).read_bytes()}
+    return candidate(dest, "genuine", init=GENUINE, extra=extra)
+
+
+def stage_key(reason: str) -> tuple[str, int]:
+    """The whole-candidate key a stage's cache had (its first 12 digits), and how many entries
+    were linked in for it."""
+    found = re.search(r"compile cache ([0-9a-f]{12}): (\d+) entries present", reason)
+    assert found, reason
+    return found[1], int(found[2])
+
+
+def kernel_under(root: Path, key: str) -> str:
+    (entry,) = (root / "published").glob(f"{key}*/cute/kernel-*.bin")
+    return entry.read_text()
+
+
+@pytest.mark.parametrize("how", ["version line", "byte code"])
+def test_an_upload_cannot_poison_a_genuine_builds_kernels(
+    cache_dir: str, pool: zygotes.Zygotes, how: str
+) -> None:
+    """The poisoned rerun: an upload that borrowed the genuine 1.32.0's key published the entry
+    the genuine build then reused. Now its key is its own: the genuine build compiles."""
+    root, work = Path(cache_dir) / "compile-cache", Path(cache_dir) / "jobs"
+    attack, _ = stage_key(
+        run(root, work / "p", poisoner(work / "wp", how), trusted=False, pool=pool)
+    )
+    assert kernel_under(root, attack) == "POISONED: planted by another wheel"  # the attack ran
+    genuine = candidate(work / "wg", "genuine", init=GENUINE)
+    key, linked = stage_key(run(root, work / "g", genuine, trusted=False, pool=pool))
+    assert key != attack and linked == 0
+    assert kernel_under(root, key) == "compiled by genuine"
+    # a genuine build re-labelled with an exact version literal still shares the genuine key
+    relabelled = candidate(work / "wr", "genuine", init=GENUINE.replace('"1.32.0"', '"1.33.0rc1"'))
+    again, linked = stage_key(run(root, work / "r", relabelled, trusted=False, pool=pool))
+    assert again == key and linked >= 1
