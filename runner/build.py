@@ -115,8 +115,9 @@ def build_wheel(
     env = envs.create_env(work / "build-env")
     reqs = build_requirements(src)
     install = envs.install_command(installer, env, reqs, index_url=index_url, wheelhouse=wheelhouse)
+    network = envs.needs_network(index_url, wheelhouse)
     outcome = envs.run_installer(
-        job, env, install, log, timeout_s, reads=(wheelhouse, src), cancel=cancel
+        job, env, install, log, timeout_s, reads=(wheelhouse, src), cancel=cancel, network=network
     )
     if not outcome.ok:
         raise BuildFailure(

@@ -5,8 +5,12 @@ when the runner itself lives in a venv whose torch the base interpreter cannot s
 constraint pins torch to the host's version so installing a candidate never replaces it.
 
 The installers: pip, or uv where it is present (``FE_CI_INSTALLER`` picks ``uv`` or ``pip``;
-default: uv when found). The warm path, which installs the candidate alone on a shared dependency
-layer, is ``runner/warm_install.py``.
+default: uv when found). No installer runs code of the candidate's choosing: every package is
+installed from a wheel (``--only-binary :all:``: nothing is built from a candidate's dependency
+list), a direct-URL or VCS requirement in the candidate's metadata is refused before any
+installer runs (``refused_requirements``), and the installer's sandbox has no network at all when
+the packages come from a wheelhouse alone. The warm path, which installs the candidate alone on
+a shared dependency layer, is ``runner/warm_install.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from runner import layers, sandbox
 from runner.config import RunnerSettings
@@ -82,6 +88,30 @@ def read_wheel_metadata(wheel: Path) -> WheelMetadata:
         extras=frozenset(msg.get_all("Provides-Extra") or []),
         requires=tuple(msg.get_all("Requires-Dist") or []),
     )
+
+
+MAX_SHOWN = 200  # characters of a refused requirement the reason repeats (hostile input)
+
+
+def refused_requirements(meta: WheelMetadata) -> list[str]:
+    """Why each ``Requires-Dist`` line of the candidate cannot be installed, before any installer
+    runs: a direct URL or VCS reference (the installer would fetch it from wherever it points,
+    and may build it) or a line that is not a requirement at all. Every line counts, whatever
+    its markers say: an installer's reading of a marker is not the runner's to predict."""
+    why: list[str] = []
+    for line in meta.requires:
+        shown = ascii(line[:MAX_SHOWN] + ("..." if len(line) > MAX_SHOWN else ""))
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            why.append(f"Requires-Dist {shown} is not a valid requirement")
+            continue
+        if req.url is not None:
+            why.append(
+                f"Requires-Dist {shown} is a direct URL or VCS requirement: only packages of "
+                "the configured index or wheelhouse are installed"
+            )
+    return why
 
 
 def install_extras(meta: WheelMetadata) -> list[str]:
@@ -147,8 +177,9 @@ def pip_install_command(
 
 
 def _source_args(index_url: str | None, wheelhouse: Path | None) -> list[str]:
-    """Where packages come from, in flags pip and uv share (a wheelhouse alone: no index)."""
-    args: list[str] = []
+    """Where packages come from, in flags pip and uv share (a wheelhouse alone: no index), and
+    how: wheels only, so that no dependency's build code runs."""
+    args: list[str] = ["--only-binary", ":all:"]
     if wheelhouse is not None:
         args += ["--find-links", str(wheelhouse)]
         if index_url is None:
@@ -168,9 +199,9 @@ def install_candidate(
     index_url: str | None = None,
     wheelhouse: Path | None = None,
 ) -> sandbox.Outcome:
-    """Install the candidate with its declared dependencies; torch pinned to the host's. The
-    installer may run a dependency's setup code: it runs in the job's sandbox, as the job's uid,
-    with the package index its only way out."""
+    """Install the candidate with its declared dependencies, wheels only; torch pinned to the
+    host's. The installer runs in the job's sandbox, as the job's uid, with the network only when
+    the packages come from an index."""
     meta = read_wheel_metadata(wheel)
     extras = install_extras(meta)
     target = f"{wheel.resolve()}[{','.join(extras)}]" if extras else str(wheel.resolve())
@@ -182,7 +213,15 @@ def install_candidate(
     cmd = pip_install_command(
         env, target, constraints=constraints, index_url=index_url, wheelhouse=wheelhouse
     )
-    return run_installer(job, env, cmd, log_path, timeout_s, reads=(wheel, wheelhouse))
+    network = needs_network(index_url, wheelhouse)
+    return run_installer(
+        job, env, cmd, log_path, timeout_s, reads=(wheel, wheelhouse), network=network
+    )
+
+
+def needs_network(index_url: str | None, wheelhouse: Path | None) -> bool:
+    """Whether an install from these sources reaches the network: not from a wheelhouse alone."""
+    return index_url is not None or wheelhouse is None
 
 
 def run_installer(
@@ -194,9 +233,11 @@ def run_installer(
     *,
     reads: tuple[Path | None, ...] = (),
     cancel: threading.Event | None = None,
+    network: bool,
 ) -> sandbox.Outcome:
-    """``cmd``, an installer filling ``env``, in the job's sandbox with the network; ``reads``
-    (a wheel, a wheelhouse, a layer) shown read-only."""
+    """``cmd``, an installer filling ``env``, in the job's sandbox, with the network where
+    ``network`` says (``needs_network``); ``reads`` (a wheel, a wheelhouse, a layer) shown
+    read-only."""
     shown = tuple(p.resolve().parent if p.is_file() else p.resolve() for p in reads if p)
     with job.writing(env.root):
         return sandbox.run(
@@ -205,7 +246,7 @@ def run_installer(
             log_path=log_path,
             env=job.environ("install", env.python.parent),
             cancel=cancel,
-            box=job.box(env.root, network=True, ro=shown),
+            box=job.box(env.root, network=network, ro=shown),
         )
 
 

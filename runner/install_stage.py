@@ -3,6 +3,8 @@
 The warm path first (``runner/warm_install.py``: the candidate alone, ``--no-deps``, on a shared
 dependency layer), where the options name a layers dir; a plain ``pip install`` of the wheel and
 its dependencies when the warm path cannot serve, saying why. A failed install says what pip said.
+A candidate whose metadata names a direct-URL or VCS requirement is refused before any installer
+runs: the stage ends ``error``, naming the requirement (``envs.refused_requirements``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def install(opts: Options, wheel: Path | None, python: Path, job: JobBox) -> Ins
         )
     start = time.monotonic()
     meta = envs.read_wheel_metadata(wheel)
+    if refused := envs.refused_requirements(meta):
+        reason = "refused before installing: " + "; ".join(refused[:3])
+        if len(refused) > 3:
+            reason += f"; and {len(refused) - 3} more"
+        log.warning("event=install_refused requirements=%s", len(refused))
+        return Installed(
+            StageResult(name=Stage.install, status=Status.error, reason=reason), python
+        )
     extras = envs.install_extras(meta)
     what = f"{meta.name} {meta.version}" + (f" [{','.join(extras)}]" if extras else "")
     log_path = opts.work_dir / "logs" / "install.log"

@@ -99,8 +99,9 @@ def _build_layer(
         )
         # the installer writes the layer as the job's uid; taken back (the runner's, read-only)
         # before anything reads it
+        network = envs.needs_network(index_url, wheelhouse)
         outcome = envs.run_installer(
-            job, env, cmd, tmp / "install.log", timeout_s, reads=(tmp, wheelhouse)
+            job, env, cmd, tmp / "install.log", timeout_s, reads=(tmp, wheelhouse), network=network
         )
         if not outcome.ok:
             raise layers.LayerError(
@@ -172,7 +173,8 @@ def install_warm(
         layers.attach(env.site_packages(), layer)
     cmd = envs.install_command(installer, env, [str(wheel.resolve())], no_deps=True)
     shown = (wheel, layer.root if layer else None)
-    outcome = envs.run_installer(job, env, cmd, log_path, timeout_s, reads=shown)
+    # the candidate's own wheel, --no-deps: nothing to fetch, so no network at all
+    outcome = envs.run_installer(job, env, cmd, log_path, timeout_s, reads=shown, network=False)
     problems: list[str] = []
     if outcome.ok:  # asked of the candidate's environment, so in its sandbox (its .pth files run)
         also = [*(layers.layer_dists(layer.site_packages) if layer else []), "torch"]
