@@ -37,6 +37,7 @@ SUBJECTS_SRC = Path(__file__).parent / "inside" / "subjects"  # dtypes and confi
 # Bounds on what a candidate can make the runner read (hostile input).
 MAX_SOURCE_FILES = 20_000
 MAX_SOURCE_BYTES = 2 << 30
+MAX_ENTRY_POINTS = 1 << 20  # characters of entry_points.txt read
 
 # The version a build reports is a label: a re-labelled wheel with the same code keeps its kernels.
 # Only a whole line that is exactly the assignment of a plain string literal is a label: no
@@ -131,7 +132,8 @@ def _top_level(dist: md.Distribution) -> list[str]:
 
 def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
     """Every installed file of the distribution but its ``.dist-info`` (metadata, not code) and
-    those whose names end with one of ``skip``.
+    those whose names end with one of ``skip``; of the ``.dist-info``, its entry points (torch
+    imports and calls the ``torch.backends`` group's at ``import torch``: they choose what runs).
 
     Walked on disk rather than trusted from RECORD: a file the candidate installed is hashed
     whether RECORD lists it or not.
@@ -141,6 +143,8 @@ def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
     budget = [MAX_SOURCE_FILES, MAX_SOURCE_BYTES]
     for top in _top_level(dist):
         _hash_tree(h, base, top, budget, skip)
+    entry_points = (dist.read_text("entry_points.txt") or "")[:MAX_ENTRY_POINTS]
+    h.update(f"E {len(entry_points)}\0{entry_points}".encode())
     return h.hexdigest()
 
 

@@ -130,6 +130,14 @@ def test_byte_code_counts(site: Path) -> None:
     assert _key(site) != first
 
 
+def test_entry_points_count(site: Path) -> None:
+    """Entry points choose what runs (torch calls its ``torch.backends`` group's at import)."""
+    first = _key(site)
+    info = site / "nvidia_cudnn_frontend-1.32.0.dist-info"
+    (info / "entry_points.txt").write_text("[torch.backends]\nx = cudnn.kernels:attention\n")
+    assert _key(site) != first
+
+
 def test_no_candidate_no_key(tmp_path: Path) -> None:
     assert compile_keys.compute_keys([tmp_path], family="sm_90", gpu=None) is None
 
