@@ -21,6 +21,7 @@ from runner import (
     pipeline_options,
     zygotes,
 )
+from testkit.registry import candidate_env
 from testkit.wheels import make_wheel
 
 KERNEL = "import cutlass\nimport cutlass.cute as cute\n\n@cute.kernel\ndef k():\n    pass\n"
@@ -136,6 +137,26 @@ def test_entry_points_count(site: Path) -> None:
     info = site / "nvidia_cudnn_frontend-1.32.0.dist-info"
     (info / "entry_points.txt").write_text("[torch.backends]\nx = cudnn.kernels:attention\n")
     assert _key(site) != first
+
+
+@pytest.mark.slow  # the registry's 1.32.0 installed the runner's way (cached after the first run)
+def test_the_genuine_release_keeps_its_key_relabelled_and_loses_it_extended(
+    tmp_path: Path,
+) -> None:
+    """On the real 1.32.0: its version line is the exact literal the key takes for a label."""
+    real = candidate_env("1.32.0").site_packages()
+    site = tmp_path / "site"
+    for name in ("cudnn", "nvidia_cudnn_frontend-1.32.0.dist-info"):
+        shutil.copytree(real / name, site / name)
+    (dist,) = compile_keys.md.distributions(name=compile_keys.CANDIDATE_DIST, path=[str(site)])
+    first = compile_keys.source_digest(dist)
+    init = site / "cudnn/__init__.py"
+    genuine = init.read_bytes()
+    assert genuine.count(b'\n__version__ = "1.32.0"\n') == 1
+    init.write_bytes(genuine.replace(b'"1.32.0"', b'"1.33.0"'))
+    assert compile_keys.source_digest(dist) == first
+    init.write_bytes(genuine.replace(b'"1.32.0"', b'"1.32.0"; import os'))
+    assert compile_keys.source_digest(dist) != first
 
 
 def test_no_candidate_no_key(tmp_path: Path) -> None:
