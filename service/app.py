@@ -21,6 +21,7 @@ from service import (
     blobsweep,
     body_limits,
     db,
+    doors,
     github,
     headers,
     limits,
@@ -141,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     body_limits.install(app)  # first: innermost, so the body deadline wraps what it reads
     limits.install(app, settings)
+    doors.install(app)  # outside both: a token is checked before anything reads the body
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
