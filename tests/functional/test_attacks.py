@@ -297,13 +297,11 @@ def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Servic
         assert "413" in documented[path.replace("/1/", "/{job_id}/")]["post"]["responses"]
         assert body["error"]["code"] == "payload_too_large", body
         assert set(body["error"]["detail"]) == {"limit_bytes"}
-    # chunked: no length to refuse up front; the service stops at the limit, not at the end (a
-    # runner's own token: without one the answer is a 401 before any of the body is read)
-    runner = register(service, "chunked")
-    token = str(runner.headers["authorization"]).split()[1]
-    runner.close()
-    chunked = runner_head("/api/jobs/1/stages", "Transfer-Encoding: chunked\r\n", token)
-    sock = raw(service, chunked)
+    # chunked: no length to refuse up front; the service stops at the limit, not at the end
+    # (with a runner's own token: a wrong one is refused before a byte of the body is read)
+    with register(service, "chunked") as runner:
+        token = str(runner.headers["authorization"]).split()[1]
+    sock = raw(service, runner_head("/api/jobs/1/stages", "Transfer-Encoding: chunked\r\n", token))
     chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
     sent = 0
     try:
