@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     # (service/web/live_hub.py); past either, 503 with Retry-After.
     max_streams: int = Field(default=100, ge=1)
     max_streams_per_client: int = Field(default=10, ge=1)
+    # Builds queued and not yet finished (service/quotas.py): those the submit token queued
+    # (submissions and reruns), and all of the service's; past either, 429 with Retry-After.
+    max_queued_per_token: int = Field(default=100, ge=1)
+    max_queued_builds: int = Field(default=500, ge=1)
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.
     orphan_grace_s: float = Field(default=3600.0, ge=0)
