@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     # (service/web/live_hub.py); past either, 503 with Retry-After.
     max_streams: int = Field(default=100, ge=1)
     max_streams_per_client: int = Field(default=10, ge=1)
-    # Builds queued and not yet finished (service/quotas.py): those the submit token queued
+    # Builds with a job still to run or running (service/quotas.py): those the submit token queued
     # (submissions and reruns), and all of the service's; past either, 429 with Retry-After.
     max_queued_per_token: int = Field(default=100, ge=1)
     max_queued_builds: int = Field(default=500, ge=1)

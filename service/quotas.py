@@ -1,9 +1,10 @@
 """How many builds the submit token may have queued: past a cap, ``429 too_many_queued``.
 
 200 reruns in 5.9 s queued 200 builds: a rerun is a new build with all its jobs, and nothing
-bounded how many a token could ask for. A build counts as queued from its creation until it
-finishes or is cancelled. Two caps, checked when a build is submitted (``POST /validate``) or
-rerun (``POST /api/builds/{id}/rerun`` and ``.../jobs/{id}/rerun``):
+bounded how many a token could ask for. A build counts as queued while one of its jobs is still
+to run or running (waiting, queued or leased) and it is not cancelled. Two caps, checked when a
+build is submitted (``POST /validate``) or rerun (``POST /api/builds/{id}/rerun`` and
+``.../jobs/{id}/rerun``):
 
 - ``FE_CI_MAX_QUEUED_PER_TOKEN``: the builds the submit token queued (its submissions and every
   rerun) that are still queued;
@@ -24,13 +25,16 @@ from collections.abc import Iterator
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from core.wire import JobState
 from service.config import Settings
 from service.errors import ApiError
-from service.models import Build
+from service.models import Build, Job
 
 log = logging.getLogger("fe_ci.quotas")
 
 SUBMIT_TOKEN = "token"  # what ``deps.require_submitter`` names the submit token in ``submitted_by``
+
+OPEN_JOB_STATES = (JobState.waiting, JobState.queued, JobState.leased)
 
 _admission = threading.Lock()
 
@@ -42,7 +46,8 @@ class TooManyQueued(ApiError):
 
 def queued(session: Session) -> tuple[int, int]:
     """Every queued build, and those the submit token queued."""
-    still = (Build.finished_at.is_(None), Build.cancelled_at.is_(None))
+    running = select(Job.build_id).where(Job.state.in_(OPEN_JOB_STATES))
+    still = (Build.id.in_(running), Build.cancelled_at.is_(None))
     total = session.scalar(select(func.count(Build.id)).where(*still)) or 0
     mine = session.scalar(
         select(func.count(Build.id))
