@@ -9,9 +9,9 @@ runner's own token, found anywhere in its dependency tree), the token is checked
 alone, by the same function the route depends on, before the route is called. A refusal is the
 one error shape, with the connection closed when a body was announced (it is never read).
 
-The table is built from the app's routes on its first request, so a route added later is guarded
-as soon as it declares its door; ``guarded_routes`` lists them (the test walks every one).
-The route's own dependency still runs after it: the check here only comes first.
+The table is built from the app's routes on its first request, so a route added to the code
+later is guarded as soon as it declares its door; ``guarded_routes`` lists them (the test walks
+every one). The route's own dependency still runs after it: the check here only comes first.
 """
 
 from __future__ import annotations
