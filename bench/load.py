@@ -38,7 +38,13 @@ from testkit.wheels import make_big_wheel
 
 
 def start_service(data_dir: Path, max_upload_mb: int) -> Service:
-    env = service_env(data_dir, FE_CI_MAX_UPLOAD_MB=str(max_upload_mb))
+    # every accepted upload stays queued (no runner): the queue caps would refuse past 100
+    env = service_env(
+        data_dir,
+        FE_CI_MAX_UPLOAD_MB=str(max_upload_mb),
+        FE_CI_MAX_QUEUED_PER_TOKEN="1000000",
+        FE_CI_MAX_QUEUED_BUILDS="1000000",
+    )
     return Service(data_dir=data_dir, env=env).start()
 
 

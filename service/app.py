@@ -21,6 +21,7 @@ from service import (
     blobsweep,
     body_limits,
     db,
+    doors,
     github,
     headers,
     limits,
@@ -139,7 +140,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
-    body_limits.install(app)  # first: innermost, so the body deadline wraps what it reads
+    doors.install(app)  # innermost: a token is checked from the headers before the route runs
+    body_limits.install(app)  # so the body deadline wraps what it reads
     limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine

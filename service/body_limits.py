@@ -1,4 +1,10 @@
-"""How large a body each runner route reads: past it, ``413 payload_too_large``, the rest unread.
+"""How large a body each route reads: past it, ``413 payload_too_large``, the rest unread.
+
+Every route has a limit: a runner's results and finish ``REPORT_BYTES``, every other route
+``SMALL_BYTES`` (a registration, a heartbeat, a re-pin, a cancel or rerun, a page), except those
+that read their body under their own limit: a build job's artifact and a submission
+(``FE_CI_MAX_UPLOAD_MB``, and ``MAX_JSON_BYTES`` for a commit), a webhook delivery
+(``FE_CI_WEBHOOK_MAX_KB``).
 
 A runner's posts are JSON the service parses whole before it validates them; a 150 MB stage post
 was read into memory (600 MB of RSS) before anything looked at it. A body that declares a larger
@@ -27,13 +33,15 @@ log = logging.getLogger("fe_ci.body_limits")
 KiB = 1024
 MiB = 1024 * KiB
 REPORT_BYTES = 8 * MiB  # a stage's results (every check, drift and refusal row) or the finish
-SMALL_BYTES = 64 * KiB  # register, claim, heartbeat, offline, revoke, reinstate
+SMALL_BYTES = 64 * KiB  # everything else: register, claim, heartbeat, re-pin, cancel, rerun
 
-# The first pattern that matches a path gives its limit; None: not limited here.
+# The first pattern that matches a path gives its limit; None: the route keeps its own limit.
 LIMITS: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"/api/jobs/[^/]+/artifact"), None),
+    (re.compile(r"/validate"), None),
+    (re.compile(r"/api/webhooks/github"), None),
     (re.compile(r"/api/jobs/[^/]+/(stages|finish)"), REPORT_BYTES),
-    (re.compile(r"/api/(jobs|runners)/.*"), SMALL_BYTES),
+    (re.compile(r".*", re.DOTALL), SMALL_BYTES),
 )
 
 
@@ -46,7 +54,7 @@ def limit_for(path: str) -> int | None:
 
 def install(app: FastAPI) -> None:
     """The middleware, innermost (inside the body timeout), and the answer to a chunked body."""
-    app.add_middleware(RunnerBodyLimit)
+    app.add_middleware(BodyLimit)
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(_request: Request, exc: BodyTooLarge) -> JSONResponse:
@@ -68,7 +76,7 @@ def _refusal(limit: int) -> PayloadTooLarge:
     )
 
 
-class RunnerBodyLimit:
+class BodyLimit:
     """The ASGI middleware: refuse a declared length at once, count a chunked one as it comes."""
 
     def __init__(self, app: ASGIApp) -> None:

@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     # keeps a core of two for pages while wheels upload (docs/performance.md, "Pages under load").
     upload_checks: int = Field(default=1, ge=1)
     max_connections: int = Field(default=1000, ge=1)
+    # Live streams (/builds/{id}/events) open at once, over the service and per client address
+    # (service/web/live_hub.py); past either, 503 with Retry-After.
+    max_streams: int = Field(default=100, ge=1)
+    max_streams_per_client: int = Field(default=10, ge=1)
+    # Builds with a job still to run or running (service/quotas.py): those the submit token queued
+    # (submissions and reruns), and all of the service's; past either, 429 with Retry-After.
+    max_queued_per_token: int = Field(default=100, ge=1)
+    max_queued_builds: int = Field(default=500, ge=1)
     # A blob no build references is removed once this old: an upload commits its build
     # milliseconds after storing the blob, so an hour never touches one in flight.
     orphan_grace_s: float = Field(default=3600.0, ge=0)

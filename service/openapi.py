@@ -41,6 +41,7 @@ DESCRIPTIONS = {
     409: "conflict with the resource's state",
     413: "the request body exceeds its limit",
     422: "the request does not validate, or the upload is not a valid frontend wheel",
+    429: "too many builds queued (FE_CI_MAX_QUEUED_PER_TOKEN or _BUILDS); retry later",
     503: "too many uploads at once; retry later",
 }
 

@@ -8,7 +8,10 @@ a re-queue:
 - ``rerun_build``: the same wheel, or the same commit (its wheel is reused when it was built),
   with the jobs a submission gets now;
 - ``rerun_job``: a copy of the build whose other jobs keep the results they had (finished, as
-  they were) and whose one chosen job runs again, as a CI's "re-run this job" does.
+  they were) and whose one chosen job runs again, as a CI's "re-run this job" does; each copied
+  stage log keeps at most its last ``LOG_COPY_CHARS`` (the whole one is the original build's).
+
+How many reruns a token may have queued is ``service/quotas.py``'s.
 
 A rerun keeps the branch only when it repeats the branch's newest build: the rerun of an older
 commit must not become the branch's head (the badge, notifications and bisections read it).
@@ -26,9 +29,13 @@ from core.wire import JobKind, JobState
 from service import queue, uploads
 from service.config import Settings
 from service.errors import Conflict
-from service.models import PER_JOB_TABLES, Build, Job, utcnow
+from service.models import PER_JOB_TABLES, Build, Job, StageLog, utcnow
 
 T = TypeVar("T")
+
+# A job rerun keeps at most this much of each copied stage's log (the end, as the page shows it);
+# the whole log stays with the original build. 50 job reruns used to add 9.6 MB of copies.
+LOG_COPY_CHARS = 2048
 
 
 def _check_rerunnable(settings: Settings, build: Build) -> None:
@@ -88,6 +95,14 @@ def _clone(row: T, **changes: Any) -> T:
     return type(row)(**values)
 
 
+def _log_copy(row: StageLog, build_id: int) -> dict[str, str]:
+    """The copied log's text: the whole log when it is short, else its end under a note."""
+    if len(row.text) <= LOG_COPY_CHARS:
+        return {}
+    note = f"(the end of this stage's log; the whole log is build {build_id}'s)\n"
+    return {"text": note + row.text[-(LOG_COPY_CHARS - len(note)) :]}
+
+
 def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> Build:
     """A copy of the build in which ``job`` runs again and every other job keeps its results."""
     _check_rerunnable(settings, build)
@@ -127,6 +142,7 @@ def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> B
         rows = session.scalars(select(table).where(table.build_id == build.id))
         for row in rows:
             if row.job_id in copies:
-                session.add(_clone(row, build_id=new.id, job_id=copies[row.job_id]))
+                logged = _log_copy(row, build.id) if isinstance(row, StageLog) else {}
+                session.add(_clone(row, build_id=new.id, job_id=copies[row.job_id], **logged))
     queue.announce(session, new)
     return new

@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from sqlalchemy.orm import selectinload
 
 from core.wire import BuildAccepted, BuildReport, BuildsPage, Stage
-from service import logs, notify, queue, reruns, stored_reports, uploads
+from service import logs, notify, queue, quotas, reruns, stored_reports, uploads
 from service.assemble import build_report, summary
 from service.build_list import filtered_builds
 from service.deps import (
@@ -110,7 +110,10 @@ def cancel_build(
 
 
 @router.post(
-    "/{build_id}/rerun", status_code=202, response_model=BuildAccepted, responses=errors(409)
+    "/{build_id}/rerun",
+    status_code=202,
+    response_model=BuildAccepted,
+    responses=errors(409, 429),
 )
 def rerun_build(
     request: Request,
@@ -120,8 +123,10 @@ def rerun_build(
     build_id: IdPath,
 ) -> BuildAccepted:
     """Run a finished build again: a new build of the same wheel or commit, with fresh jobs."""
-    new = reruns.rerun_build(session, settings, get_build(session, build_id))
-    session.commit()
+    build = get_build(session, build_id)
+    with quotas.admission(session, settings):
+        new = reruns.rerun_build(session, settings, build)
+        session.commit()
     log.info("event=build_rerun build=%s of=%s", new.id, build_id)
     notify.queue_changed(request.app)
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
@@ -131,7 +136,7 @@ def rerun_build(
     "/{build_id}/jobs/{job_id}/rerun",
     status_code=202,
     response_model=BuildAccepted,
-    responses=errors(409),
+    responses=errors(409, 429),
 )
 def rerun_job(
     request: Request,
@@ -147,8 +152,9 @@ def rerun_job(
     job = session.get(Job, job_id)
     if job is None or job.build_id != build.id:
         raise NotFound(f"build {build_id} has no job {job_id}")
-    new = reruns.rerun_job(session, settings, build, job)
-    session.commit()
+    with quotas.admission(session, settings):
+        new = reruns.rerun_job(session, settings, build, job)
+        session.commit()
     log.info("event=job_rerun build=%s of=%s job=%s", new.id, build_id, job_id)
     notify.queue_changed(request.app)
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")

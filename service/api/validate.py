@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from core.wire import BuildAccepted
-from service import limits, notify, queue, uploads
+from service import limits, notify, queue, quotas, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep, open_session
 from service.errors import BadRequest, UploadTooLarge
@@ -47,7 +47,7 @@ _BODY_DOC: dict[str, Any] = {
 
 
 def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted:
-    with open_session(request.app) as session:
+    with open_session(request.app) as session, quotas.admission(session, settings):
         session.add(build)
         queue.create_jobs(session, build, settings)
         queue.announce(session, build)
@@ -85,7 +85,7 @@ async def _read_commit(request: Request) -> str:
     status_code=202,
     response_model=BuildAccepted,
     openapi_extra=_BODY_DOC,
-    responses=errors(400, 408, 413, 422, 503),
+    responses=errors(400, 408, 413, 422, 429, 503),
 )
 async def create_build(
     request: Request, settings: SettingsDep, submitter: SubmitterDep

@@ -7,7 +7,7 @@ without JavaScript, and ``static/live.js`` updates it in place from the stream.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -18,18 +18,19 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
+from starlette.types import Receive, Scope, Send
 
 from service.assemble import status_of
 from service.config import Settings
 from service.deps import IdPath, SessionDep, SettingsDep, open_session
 from service.errors import NotFound
 from service.models import Build, utcnow
+from service.web import live_hub
 from service.web.cells import job_stage_cell, verdict_cell
 from service.web.queries import alive, load_jobs
 
 router = APIRouter(include_in_schema=False)
 
-POLL_S = 0.5  # how often a stream looks for a change
 KEEPALIVE_S = 15.0
 MAX_STREAM_S = 600.0  # the browser reconnects after this
 
@@ -87,6 +88,20 @@ def _snapshot_now(app: FastAPI, build_id: int) -> dict[str, Any]:
         return snapshot(session, app.state.settings, build_id, utcnow())
 
 
+def _take(app: FastAPI, build_ids: list[int]) -> dict[int, dict[str, Any] | None]:
+    """The hub's poll: every watched build's snapshot in one session (None: the build is gone)."""
+    out: dict[int, dict[str, Any] | None] = {}
+    now = utcnow()
+    with open_session(app) as session:
+        for build_id in build_ids:
+            try:
+                out[build_id] = snapshot(session, app.state.settings, build_id, now)
+            except NotFound:
+                out[build_id] = None
+            session.expire_all()
+    return out
+
+
 @router.get("/builds/{build_id}/live.json")
 def read_live_status(
     session: SessionDep, settings: SettingsDep, build_id: IdPath
@@ -95,12 +110,13 @@ def read_live_status(
     return snapshot(session, settings, build_id, utcnow())
 
 
-async def _events(request: Request, build_id: int, first: dict[str, Any]) -> AsyncIterator[str]:
+async def _events(
+    request: Request, hub: live_hub.Hub, build_id: int, first: dict[str, Any]
+) -> AsyncIterator[str]:
     sent = ""
     quiet_since = started = time.monotonic()
-    snap = first
+    snap, body = first, json.dumps(first, sort_keys=True)
     while True:
-        body = json.dumps(snap, sort_keys=True)
         if body != sent:
             yield f"event: snapshot\ndata: {body}\n\n"
             sent, quiet_since = body, time.monotonic()
@@ -111,16 +127,43 @@ async def _events(request: Request, build_id: int, first: dict[str, Any]) -> Asy
             return
         if await request.is_disconnected():
             return
-        await asyncio.sleep(POLL_S)
-        snap = await run_in_threadpool(_snapshot_now, request.app, build_id)
+        await hub.wait(KEEPALIVE_S / 3)
+        latest, latest_body = hub.current(build_id)
+        if latest is None:
+            return  # the build is gone
+        snap, body = latest, latest_body
+
+
+class _HeldStream(StreamingResponse):
+    """A stream that gives back its slot and its watch however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], held: contextlib.ExitStack, **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self.held = held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.held:
+            await super().__call__(scope, receive, send)
 
 
 @router.get("/builds/{build_id}/events")
 async def stream_build_events(request: Request, build_id: IdPath) -> StreamingResponse:
-    """Server-sent events: a ``snapshot`` event whenever the build's status changes."""
-    first = await run_in_threadpool(_snapshot_now, request.app, build_id)
-    return StreamingResponse(
-        _events(request, build_id, first),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    """Server-sent events: a ``snapshot`` event whenever the build's status changes (at most
+    ``FE_CI_MAX_STREAMS`` open, ``FE_CI_MAX_STREAMS_PER_CLIENT`` per client: ``service/web/
+    live_hub.py``)."""
+    app = request.app
+    with contextlib.ExitStack() as held:
+        held.enter_context(live_hub.slots(app).hold(request))
+        hub = live_hub.hub(app, _take)
+        first, _body = hub.current(build_id)
+        if first is None:
+            first = await run_in_threadpool(_snapshot_now, app, build_id)
+        hub.watch(build_id, first)
+        held.callback(hub.unwatch, build_id)
+        response = _HeldStream(
+            _events(request, hub, build_id, first),
+            held.pop_all(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    return response

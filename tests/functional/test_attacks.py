@@ -19,7 +19,7 @@ from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually
 from testkit.wheels import make_directory_bomb
-from tests.helpers import CHROMIUM, chromium, still_held
+from tests.helpers import CHROMIUM, chromium, register, still_held
 
 
 def post_wheel(svc: Service, wheel: Path) -> httpx.Response:
@@ -264,9 +264,9 @@ def test_a_client_that_goes_away_mid_body_leaves_no_error_in_the_log(service: Se
 # ---------------------------------------------------------------- runner bodies past their limit
 
 
-def runner_head(path: str, extra: str) -> bytes:
+def runner_head(path: str, extra: str, token: str = "not-a-runner") -> bytes:
     return (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-a-runner\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
         f"Content-Type: application/json\r\n{extra}\r\n"
     ).encode()
 
@@ -298,7 +298,10 @@ def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Servic
         assert body["error"]["code"] == "payload_too_large", body
         assert set(body["error"]["detail"]) == {"limit_bytes"}
     # chunked: no length to refuse up front; the service stops at the limit, not at the end
-    sock = raw(service, runner_head("/api/jobs/1/stages", "Transfer-Encoding: chunked\r\n"))
+    # (with a runner's own token: a wrong one is refused before a byte of the body is read)
+    with register(service, "chunked") as runner:
+        token = str(runner.headers["authorization"]).split()[1]
+    sock = raw(service, runner_head("/api/jobs/1/stages", "Transfer-Encoding: chunked\r\n", token))
     chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
     sent = 0
     try:
@@ -310,7 +313,7 @@ def test_a_runner_body_past_its_limit_is_a_413_before_it_is_read(service: Servic
     status, body = answer_of(read_all(sock))
     assert status == 413 and body["error"]["code"] == "payload_too_large", body
     assert sent < 64
-    assert service.count("runners") == 0 and service.count("stages") == 0
+    assert service.count("runners") == 1 and service.count("stages") == 0
     assert loopback.get(f"{service.url}/healthz").status_code == 200
 
 
