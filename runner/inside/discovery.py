@@ -147,17 +147,15 @@ def _source(node: ast.AST) -> str:
 
 def _reads_flag(node: ast.AST) -> bool:
     return any(
-        (isinstance(n, ast.Attribute)
-        and n.attr == TORCH_FLAG)
-        or (isinstance(n, ast.Name)
-        and n.id == TORCH_FLAG)
+        (isinstance(n, ast.Attribute) and n.attr == TORCH_FLAG)
+        or (isinstance(n, ast.Name) and n.id == TORCH_FLAG)
         for n in ast.walk(node)
     )
 
 
 def _callables(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """(qualified name, function) of every top-level function and every method of a top-level
-    class (a class's knob is its constructor's or its ``__call__``'s)."""
+    class."""
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node.name, node
@@ -183,18 +181,23 @@ def _from_source(reader: _Reader) -> Iterator[dict[str, Any]]:
         for qualname, fn in _callables(tree):
             owner, _, member = qualname.partition(".")
             public = reader.public_path(module, owner) if not owner.startswith("_") else None
-            if public and (not member or member in ("__init__", "__call__")):
-                for name, default in _params(fn):
-                    yield _knob(public, name, default, "parameter", "ast")
+            if public and not member.startswith("_") or member in ("__init__", "__call__"):
+                # a class's constructor and __call__ speak for the class; a public method is
+                # its own entry point (``Class.execute``)
+                entry = f"{public}.{member}" if member and not member.startswith("_") else public
+                for name, default in _params(fn) if public else ():
+                    yield _knob(entry, name, default, "parameter", "ast")
             if flag and _reads_flag(fn):
                 entry = f"{public}.{member}" if public and member else public
                 yield _knob(entry or f"{module}.{qualname}", "torch flag", FLAG_DEFAULT,
                             "torch_flag", "ast")  # fmt: skip
         if b".define(" in data or b"custom_op(" in data:
-            yield from _op_schemas(tree)
+            yield from _op_schemas(tree, module)
 
 
-def _op_schemas(tree: ast.Module) -> Iterator[dict[str, Any]]:
+def _op_schemas(tree: ast.Module, module: str) -> Iterator[dict[str, Any]]:
+    """Knobs of the ops this module defines, named ``torch.ops.cudnn.<op> [<module>]``: an op
+    that moves to another module is a different definition (its schema is the new module's)."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -202,12 +205,12 @@ def _op_schemas(tree: ast.Module) -> Iterator[dict[str, Any]]:
         if not isinstance(first, ast.Constant) or not isinstance(first.value, str):
             continue
         if node.func.attr == "define":
-            yield from _schema_knobs(first.value)
+            yield from _schema_knobs(first.value, module)
         elif node.func.attr == "custom_op" and first.value.startswith("cudnn::"):
-            yield from _schema_knobs(first.value.split("::", 1)[1] + "() ->")
+            yield from _schema_knobs(first.value.split("::", 1)[1] + "() ->", module)
 
 
-def _schema_knobs(schema: str) -> Iterator[dict[str, Any]]:
+def _schema_knobs(schema: str, module: str) -> Iterator[dict[str, Any]]:
     match = _SCHEMA.match(schema[:20_000])
     if match is None:
         return
@@ -216,7 +219,7 @@ def _schema_knobs(schema: str) -> Iterator[dict[str, Any]]:
         left, eq, default = part.partition("=")
         words = left.split()
         if words and NEEDLE in words[-1].lower():
-            yield _knob(f"torch.ops.cudnn.{op}", words[-1],
+            yield _knob(f"torch.ops.cudnn.{op} [{module}]", words[-1],
                         clean(default.strip(), DEFAULT_CHARS) if eq else None,
                         "op_schema", "schema")  # fmt: skip
 

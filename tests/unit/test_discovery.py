@@ -34,6 +34,8 @@ def test_public_knobs_flag_readers_and_op_schemas_are_found(tmp_path: Path) -> N
                 "def wrapper(x, deterministic: bool = False, *, is_deterministic=None): ...\n"
                 "def hidden(x, deterministic=True): ...\n"
                 "class Klass:\n    def __init__(self, use_deterministic_algorithm=False): ...\n"
+                "    def execute(self, deterministic=False): ...\n"
+                "    def _private(self, deterministic=False): ...\n"
                 "def _bwd(x):\n    return torch.are_deterministic_algorithms_enabled()\n"
                 "_lib = torch.library.Library('cudnn', 'FRAGMENT')\n"
                 "_lib.define('op_bwd(Tensor a, bool is_deterministic=False) -> Tensor')\n"
@@ -47,8 +49,9 @@ def test_public_knobs_flag_readers_and_op_schemas_are_found(tmp_path: Path) -> N
         ("cudnn.wrapper", "deterministic"): "False",
         ("cudnn.wrapper", "is_deterministic"): "None",
         ("cudnn.Klass", "use_deterministic_algorithm"): "False",
+        ("cudnn.Klass.execute", "deterministic"): "False",
         ("cudnn.api._bwd", "torch flag"): discovery.FLAG_DEFAULT,
-        ("torch.ops.cudnn.op_bwd", "is_deterministic"): "False",
+        ("torch.ops.cudnn.op_bwd [cudnn.api]", "is_deterministic"): "False",
         ("cudnn.sub.lazy_fn", "deterministic_order"): "True",
     }  # hidden: no __init__ names it; _deterministic: private
     assert doc["unparsed"] == [] and doc["truncated"] == ""
