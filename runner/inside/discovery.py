@@ -181,15 +181,15 @@ def _from_source(reader: _Reader) -> Iterator[dict[str, Any]]:
         for qualname, fn in _callables(tree):
             owner, _, member = qualname.partition(".")
             public = reader.public_path(module, owner) if not owner.startswith("_") else None
-            if public and not member.startswith("_") or member in ("__init__", "__call__"):
+            if public and (not member.startswith("_") or member in ("__init__", "__call__")):
                 # a class's constructor and __call__ speak for the class; a public method is
                 # its own entry point (``Class.execute``)
                 entry = f"{public}.{member}" if member and not member.startswith("_") else public
-                for name, default in _params(fn) if public else ():
+                for name, default in _params(fn):
                     yield _knob(entry, name, default, "parameter", "ast")
             if flag and _reads_flag(fn):
-                entry = f"{public}.{member}" if public and member else public
-                yield _knob(entry or f"{module}.{qualname}", "torch flag", FLAG_DEFAULT,
+                reader_of = f"{public}.{member}" if public and member else public
+                yield _knob(reader_of or f"{module}.{qualname}", "torch flag", FLAG_DEFAULT,
                             "torch_flag", "ast")  # fmt: skip
         if b".define(" in data or b"custom_op(" in data:
             yield from _op_schemas(tree, module)

@@ -81,7 +81,7 @@ def line(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, in
 
 
 def test_the_report_states_the_coverage_of_a_cpu_only_run(line) -> None:  # type: ignore[no-untyped-def]
-    svc, old, new = line
+    svc, _old, new = line
     report = loopback.get(f"{svc.url}/api/builds/{new}").json()
     rows = report["coverage"]["rows"]
     assert len(report["surface"]) == len(rows) == len(LEDGER["1.32.0"]["knobs"])  # -1 +1
