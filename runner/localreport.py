@@ -121,6 +121,8 @@ def print_report(report: BuildReport) -> None:
             else:
                 state = f"no {cap.knob!r}"
             typer.echo(f"    {name:<22} {state}"[:200])
+    if report.coverage.summary:
+        typer.echo(f"  determinism surface: {report.coverage.summary}")
     for f in report.findings:
         typer.echo(f"  {f.severity.value:<7} {f.kind}: {f.message}"[:300])
     for d in report.drift:
