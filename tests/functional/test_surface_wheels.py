@@ -39,6 +39,7 @@ def _probe(wheel: Path, tmp: Path) -> dict[str, Any]:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc: dict[str, Any] = json.loads(out.read_text())
+    assert doc["surface_read"]["truncated"] == "", doc["surface_read"]  # read whole
     return doc
 
 
