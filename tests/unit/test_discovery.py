@@ -61,7 +61,7 @@ def test_source_that_does_not_parse_is_named_not_a_crash(tmp_path: Path) -> None
     pkg = _package(
         tmp_path,
         {
-            "__init__.py": "from .ok import f\n",
+            "__init__.py": "from .ok import f\nfrom .broken import g\nfrom .nul import h\n",
             "ok.py": "def f(deterministic=False): ...\n",
             "broken.py": "def g(deterministic=False:\n",
             "nul.py": "def h(deterministic=False): ...\x00\n",
