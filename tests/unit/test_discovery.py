@@ -144,3 +144,13 @@ def test_changes_along_a_line() -> None:
         ("knob_added", "info"),
     ]
     assert surface.changes([a, b], [a, b]) == []
+
+
+def test_knob_not_covered_findings_stay_bounded() -> None:
+    knobs = [
+        {"entry_point": f"cudnn.fn_{i}", "knob": "deterministic", "default": "False"}
+        for i in range(400)
+    ]
+    found = surface.uncovered(knobs)
+    assert len(found) == surface.MAX_NAMED + 1
+    assert found[-1]["message"].startswith("300 more knobs")
