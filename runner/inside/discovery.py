@@ -66,6 +66,9 @@ class _Reader:
         self.unparsed: list[str] = []
         self.truncated = ""
         self.exports: dict[str, set[str]] = {}  # package -> names its __init__ names
+        # (module, name) -> the public path a package elsewhere re-exports it under
+        # (``cudnn.ops`` lazily exports ``qsa_select_forward`` from ``cudnn.QSA.selection``)
+        self.reexports: dict[tuple[str, str], str] = {}
         self.trees: list[tuple[str, ast.Module, bytes]] = []  # module, tree, its source
 
     def module_of(self, path: Path) -> str:
@@ -91,6 +94,8 @@ class _Reader:
         if _NEEDLE not in data:
             return False
         names = {m.decode() for m in _TOP_LEVEL.findall(data)}
+        if any((module, n) in self.reexports for n in names):
+            return True
         return not names.isdisjoint(self.exported_near(module))
 
     def read(self) -> None:
@@ -119,16 +124,56 @@ class _Reader:
                 continue
             if path.name == "__init__.py":
                 self.exports[module] = _named(tree)
+                for source, name, shown in _reexported(tree, module):
+                    held = self.reexports.get((source, name))
+                    public = f"{module}.{shown}"
+                    if held is None or len(public) < len(held):
+                        self.reexports[(source, name)] = public
             self.trees.append((module, tree, data))
 
     def public_path(self, module: str, name: str) -> str | None:
-        """The shortest ``package.name`` a package ``__init__`` on the module's path exports."""
+        """The shortest ``package.name`` a package ``__init__`` exports it under: one on the
+        module's path, or one that names the module itself."""
+        found = [self.reexports[(module, name)]] if (module, name) in self.reexports else []
         parts = module.split(".")
         for end in range(1, len(parts) + 1):
             package = ".".join(parts[:end])
             if name in self.exports.get(package, ()):
-                return f"{package}.{name}"
-        return None
+                found.append(f"{package}.{name}")
+                break
+        return min(found, key=len) if found else None
+
+
+def _absolute(source: str, package: str) -> str:
+    """``.api`` in package ``cudnn.sdpa`` is ``cudnn.sdpa.api``."""
+    if not source.startswith("."):
+        return source
+    level = len(source) - len(source.lstrip("."))
+    base = package.split(".")[: max(len(package.split(".")) - level + 1, 0)]
+    rest = source.lstrip(".")
+    return ".".join([*base, *([rest] if rest else [])])
+
+
+def _reexported(tree: ast.Module, package: str) -> Iterator[tuple[str, str, str]]:
+    """(module, name, name shown) for every ``from M import name`` and every lazy-export pair
+    ``("M", "name")`` of a package ``__init__``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            source = _absolute("." * node.level + node.module, package)
+            for alias in node.names:
+                if alias.name != "*" and not (alias.asname or alias.name).startswith("_"):
+                    yield source, alias.name, alias.asname or alias.name
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            first, second = node.elts
+            if (
+                isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and isinstance(second, ast.Constant)
+                and isinstance(second.value, str)
+                and second.value.isidentifier()
+                and all(p.isidentifier() for p in first.value.lstrip(".").split(".") if p)
+            ):
+                yield _absolute(first.value, package), second.value, second.value
 
 
 def _named(tree: ast.Module) -> set[str]:

@@ -42,6 +42,9 @@ def test_public_knobs_flag_readers_and_op_schemas_are_found(tmp_path: Path) -> N
             ),
             "sub/__init__.py": "_LAZY = {'lazy_fn': ('.impl', 'lazy_fn')}\n",
             "sub/impl.py": "def lazy_fn(deterministic_order=True, _deterministic=1): ...\n",
+            "ops/__init__.py": "_LAZY = {'select': ('cudnn.kernels.sel', 'select')}\n",
+            "kernels/__init__.py": "",
+            "kernels/sel.py": "def select(x, deterministic=True): ...\n",
         },
     )
     doc = discovery.discover(pkg)
@@ -53,6 +56,7 @@ def test_public_knobs_flag_readers_and_op_schemas_are_found(tmp_path: Path) -> N
         ("cudnn.api._bwd", "torch flag"): discovery.FLAG_DEFAULT,
         ("torch.ops.cudnn.op_bwd [cudnn.api]", "is_deterministic"): "False",
         ("cudnn.sub.lazy_fn", "deterministic_order"): "True",
+        ("cudnn.ops.select", "deterministic"): "True",  # re-exported by a package elsewhere
     }  # hidden: no __init__ names it; _deterministic: private
     assert doc["unparsed"] == [] and doc["truncated"] == ""
 
