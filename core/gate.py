@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core import repro
+from core import coverage, repro
 from core.subjects import FAMILIES, SUBJECTS
 from core.text import shorten
 from core.verdict import (
@@ -130,6 +130,7 @@ def conclude(report: BuildReport, require: list[str]) -> BuildReport:
     report.not_run = judgement.not_run
     report.causes = causes(report)
     report.gate = decide(report, require)
+    report.coverage = coverage.of_report(report)
     return report
 
 

@@ -30,7 +30,14 @@ INSIDE_SRC = Path(__file__).parent / "inside"
 CORE_SRC = Path(subjects.__file__).parent
 # What a candidate stage imports of core: standard library only
 # (tests/functional/test_imports.py holds it).
-CORE_FOR_CANDIDATE = ("__init__.py", "subjects.py", "comparable.py", "harness.py", "ledger.json")
+CORE_FOR_CANDIDATE = (
+    "__init__.py",
+    "subjects.py",
+    "surface.py",
+    "comparable.py",
+    "harness.py",
+    "ledger.json",
+)
 STAGE_MODULES = {
     Stage.probe: "runner.inside.probe",
     Stage.determinism: "runner.inside.determinism",

@@ -41,7 +41,7 @@ def local_report(
         runner="local",
         status=JobState.finished,
         environment=result.environment,
-        stages=result.stages,
+        stages=[s.model_copy(update={"surface": []}) for s in result.stages],
     )
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest() if wheel else None
     report = BuildReport(
@@ -54,6 +54,7 @@ def local_report(
         negative_control=result.negative_control,
         capabilities=result.capabilities,
         findings=result.findings,
+        surface=[k for s in result.stages for k in s.surface],
         jobs=[job],
         drift=[
             DriftReport.model_validate({**d.model_dump(), "family": family})
@@ -120,6 +121,8 @@ def print_report(report: BuildReport) -> None:
             else:
                 state = f"no {cap.knob!r}"
             typer.echo(f"    {name:<22} {state}"[:200])
+    if report.coverage.summary:
+        typer.echo(f"  determinism surface: {report.coverage.summary}")
     for f in report.findings:
         typer.echo(f"  {f.severity.value:<7} {f.kind}: {f.message}"[:300])
     for d in report.drift:

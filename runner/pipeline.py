@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core import regression, subjects
+from core import regression, subjects, surface
 from core.subjects import SUBJECTS
 from core.verdict import ENDED_WELL, ERRORED
 from core.wire import (
     STAGE_ORDER,
     Check,
     Environment,
+    Finding,
     Stage,
     StageResult,
     Status,
@@ -206,6 +207,10 @@ class Pipeline:
             result.findings += regression.regressions(
                 previous, result.capabilities, findings=result.findings
             )
+        if self.opts.previous_surface:
+            now = [k.model_dump() for k in result.surface]
+            changed = surface.changes(self.opts.previous_surface, now)
+            result.findings += [Finding.model_validate(f) for f in changed]
         return result
 
     def _candidate_sites(self) -> list[Path]:

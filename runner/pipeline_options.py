@@ -45,6 +45,8 @@ class Options:
     # kernels are then also published under the key of their sources (runner/compile_cache.py)
     trusted_source: bool = False
     previous: dict[str, Capability] | None = None
+    # the previous report's determinism surface (--previous): knobs removed, changed, added
+    previous_surface: list[dict[str, Any]] | None = None
     compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
     layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install
     # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)

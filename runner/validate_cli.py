@@ -188,6 +188,7 @@ def validate(
         family=family,
         gpu=gpu.get("gpu"),
         previous=prev,
+        previous_surface=[k.model_dump() for k in prev_report.surface] if prev_report else None,
         remembered=remembered,
         subjects=chosen_subjects,
         pin_config=config,

@@ -28,6 +28,7 @@ from core.wire import (
     Stage,
     StageResult,
     Status,
+    SurfaceKnob,
     Verdict,
 )
 from service import capable
@@ -185,8 +186,19 @@ def build_report(session: Session, build: Build) -> BuildReport:
             stored(RefusalReport, **{**_columns(r), "status": Status(r.status)}) for r in refusal
         ],
         history=history_rows(session, build.id),
+        surface=surface_of(j.stage_rows for j in jobs),
     )
     return gate.conclude(report, require)
+
+
+def surface_of(stages: Iterable[Iterable[StageRow]]) -> list[SurfaceKnob]:
+    """A build's surface: the first of its jobs' probes that discovered one (each job probes the
+    same build, so each finds the same)."""
+    for rows in stages:
+        for row in rows:
+            if row.name == Stage.probe and row.surface:
+                return [stored(SurfaceKnob, **k) for k in row.surface]
+    return []
 
 
 def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
@@ -265,6 +277,7 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         version=result.version,
         log_tail=result.log_tail[-4000:],
         timings=result.timings,
+        surface=[k.model_dump() for k in result.surface],
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
             for c in result.checks

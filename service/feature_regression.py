@@ -11,13 +11,13 @@ from packaging.version import InvalidVersion, Version
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from core import regression
+from core import regression, surface
 from core.bounds import clip
 from core.wire import Capability, Finding, Severity, StageResult
 from service.assemble import merge_capabilities
-from service.models import Bisection, Build, CapabilityRow, FindingRow, Job
+from service.models import Bisection, Build, CapabilityRow, FindingRow, Job, StageRow
 
-LINE_KINDS = ("feature_regression",)
+LINE_KINDS = ("feature_regression", *surface.LINE_KINDS)
 
 
 def _capabilities(session: Session, build_id: int) -> dict[str, Capability]:
@@ -25,6 +25,17 @@ def _capabilities(session: Session, build_id: int) -> dict[str, Capability]:
         select(CapabilityRow).where(CapabilityRow.build_id == build_id).order_by(CapabilityRow.id)
     )
     return merge_capabilities(rows)
+
+
+def _surface(session: Session, build_id: int) -> list[dict[str, object]] | None:
+    """The first probe's surface of a build; None where no probe of it discovered one."""
+    rows = session.scalars(
+        select(StageRow.surface)
+        .join(Job, Job.id == StageRow.job_id)
+        .where(Job.build_id == build_id, StageRow.name == "probe")
+        .order_by(StageRow.id)
+    )
+    return next((r for r in rows if r), None)
 
 
 def _version(text: str | None) -> Version | None:
@@ -92,7 +103,11 @@ def add_line_findings(session: Session, build: Build, job: Job) -> None:
         for s in failed
     ]
     current = _capabilities(session, build.id)
-    for finding in regression.regressions(previous, current, findings=imports):
+    found = regression.regressions(previous, current, findings=imports)
+    before, now = _surface(session, prev.id), _surface(session, build.id)
+    if before is not None and now is not None:
+        found += [Finding.model_validate(f) for f in surface.changes(before, now)]
+    for finding in found:
         session.add(
             FindingRow(
                 build_id=build.id,

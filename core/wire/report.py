@@ -9,7 +9,15 @@ from datetime import datetime
 
 from pydantic import Field
 
-from core.wire.results import Capability, DriftRow, Environment, Finding, RefusalRow, StageResult
+from core.wire.results import (
+    Capability,
+    DriftRow,
+    Environment,
+    Finding,
+    RefusalRow,
+    StageResult,
+    SurfaceKnob,
+)
 from core.wire.vocabulary import (
     BuildStatus,
     Conclusion,
@@ -98,6 +106,20 @@ class HistoryRow(WireModel):
     series_start: bool = False  # the first build of a series that replaced another
 
 
+class CoverageRow(SurfaceKnob):
+    """How this build's jobs covered one knob (``core/surface.py``)."""
+
+    status: str  # exercised | compile_only | refusal_only | not_covered
+    subject: str | None = None
+    families: list[str] = Field(default_factory=list)  # where its subject runs
+    why: str = ""
+
+
+class Coverage(WireModel):
+    summary: str = ""  # "17 knobs: 6 exercised, 4 compile-only, 2 refusal-only, 5 not covered"
+    rows: list[CoverageRow] = Field(default_factory=list)
+
+
 class BuildReport(WireModel):
     id: int | None = None
     source: str  # "wheel" | "commit"
@@ -122,6 +144,9 @@ class BuildReport(WireModel):
     history: list[HistoryRow] = Field(default_factory=list)
     causes: list[Cause] = Field(default_factory=list)  # every failing check, stage, finding, job
     gate: Gate | None = None
+    # the build's determinism surface (its probe's discovery) and how this build covered it
+    surface: list[SurfaceKnob] = Field(default_factory=list)
+    coverage: Coverage = Field(default_factory=Coverage)
 
 
 class BuildSummary(WireModel):

@@ -48,6 +48,17 @@ class Capability(WireModel):
     entry_point: Name = ""
 
 
+class SurfaceKnob(WireModel):
+    """One knob of a build's determinism surface, as its probe discovered it
+    (``runner/inside/discovery.py``): names and defaults are the candidate's text, bounded."""
+
+    entry_point: Name
+    knob: Name
+    default: Name | None = None
+    kind: bounds.Word  # "parameter" | "torch_flag" | "op_schema"
+    method: bounds.Word  # "ast" | "docstring" | "schema"
+
+
 class DriftRow(WireModel):
     subject: Short
     output: bounds.Term
@@ -92,6 +103,8 @@ class StageResult(WireModel):
     capabilities: dict[Short, Capability] = Field(default_factory=dict, max_length=64)
     drift: list[DriftRow] = Field(default_factory=list, max_length=2000)
     refusal: list[RefusalRow] = Field(default_factory=list, max_length=1000)
+    # the probe: the build's determinism surface, read from its source and signatures
+    surface: list[SurfaceKnob] = Field(default_factory=list, max_length=400)
     # the version the installed build reports (install/probe)
     version: bounds.Phrase | None = None
     log_tail: bounds.LogText = ""

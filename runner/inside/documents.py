@@ -38,6 +38,16 @@ class CapabilityDoc(TypedDict):
     entry_point: str
 
 
+class KnobDoc(TypedDict):
+    """One knob of the build's determinism surface (``runner/inside/discovery.py``)."""
+
+    entry_point: str
+    knob: str
+    default: str | None
+    kind: str  # "parameter" | "torch_flag" | "op_schema"
+    method: str  # "ast" | "docstring" | "schema"
+
+
 class DriftDoc(TypedDict):
     subject: str
     output: str
@@ -101,6 +111,8 @@ class ProbeDoc(StageDoc):
     module_version: str | None
     capabilities: dict[str, CapabilityDoc]
     features: dict[str, bool | None]
+    surface: list[KnobDoc]
+    surface_read: dict[str, Any]  # files read, unparsed, truncated, seconds: the runner's log
     environment: dict[str, Any]
     unread: list[str]
 
@@ -139,6 +151,7 @@ STAGE_DOCS: dict[str, type] = {
 # runner: the probe's features and environment, the determinism stage's chosen configs, ...).
 STAGE_RESULT_KEYS = frozenset(
     {"status", "reason", "checks", "findings", "capabilities", "drift", "refusal", "version"}
+    | {"surface"}
     | {"log_tail", "timings"}
 )
 
@@ -150,6 +163,7 @@ _NESTED: dict[str, tuple[str, type]] = {
     "drift": ("list", DriftDoc),
     "refusal": ("list", RefusalRowDoc),
     "capabilities": ("mapping", CapabilityDoc),
+    "surface": ("list", KnobDoc),
     "numerics": ("one", NumericsDoc),
 }
 _MAX_PROBLEMS = 5

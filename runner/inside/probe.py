@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 from core.subjects import FEATURES, SUBJECTS, Feature, Subject
-from runner.inside import _io
+from runner.inside import _io, discovery
 from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
 from runner.inside.introspect import Absent, ImportFailed, describe, read_parameters, resolve
 
@@ -261,6 +261,9 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
             features[feature.id], why = detect_feature(feature)
             if why:
                 unread.append(why)
+    read, surface_findings, surface_unread = discovery.probe_surface(cudnn)
+    findings.extend(surface_findings)
+    unread.extend(surface_unread)
     env, env_unread = environment(cudnn)
     unread.extend(env_unread)
     present = sorted(name for name, cap in capabilities.items() if cap["present"])
@@ -284,6 +287,8 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
         "checks": checks,
         "findings": findings,
         "features": features,
+        "surface": read["knobs"],
+        "surface_read": {k: v for k, v in read.items() if k != "knobs"},
         "environment": env,
         "unread": unread,
     }

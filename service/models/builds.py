@@ -124,6 +124,11 @@ class StageRow(Base):
         default=dict,
         server_default=text("'{}'"),  # rows older than 0007 have none
     )
+    surface: Mapped[list[dict[str, Any]]] = mapped_column(  # StageResult.surface (the probe's)
+        JSON,
+        default=list,
+        server_default=text("'[]'"),  # rows older than 0013 have none
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="stage_rows")

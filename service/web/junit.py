@@ -135,6 +135,24 @@ def _pending_suite(root: ET.Element, build: BuildReport, job: JobReport) -> None
     _count(suite, [_case(suite, classname, "pending", Status.skipped, text)])
 
 
+def _coverage_suite(root: ET.Element, build: BuildReport) -> None:
+    """The determinism surface: a case per knob, passed where a subject exercised it, skipped
+    (with how it was covered, or why not) elsewhere; the summary line is a property."""
+    suite = ET.SubElement(root, "testsuite", name="determinism surface", time="0")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="coverage", value=build.coverage.summary)
+    classname = f"fe_ci.build{build.id}.surface"
+    outcomes = []
+    for row in build.coverage.rows:
+        name = f"{row.entry_point}.{row.knob}"
+        if row.status == "exercised":
+            outcomes.append(_case(suite, classname, name, Status.pass_, row.why))
+        else:
+            why = f"{row.status.replace('_', '-')}: {row.why}"
+            outcomes.append(_case(suite, classname, name, Status.skipped, why))
+    _count(suite, outcomes)
+
+
 def junit_xml(build: BuildReport) -> bytes:
     title = f"fe-ci build {build.id} {build.version or ''}: {build.verdict.value}"
     root = ET.Element("testsuites", name=title)
@@ -151,6 +169,8 @@ def junit_xml(build: BuildReport) -> bytes:
             for n in build.not_run
         ]
         _count(suite, outcomes)
+    if build.coverage.rows:
+        _coverage_suite(root, build)
     errors = [f for f in build.findings if f.severity == Severity.error]
     if errors:
         suite = ET.SubElement(root, "testsuite", name="findings", time="0")

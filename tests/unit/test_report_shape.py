@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,11 +30,36 @@ def test_the_h200_reports_read_back_field_for_field(stream: Path) -> None:
     builds = json.loads(stream.read_text())["builds"]
     assert builds
     for build in builds:
-        assert BuildReport.model_validate(build).model_dump(mode="json") == build, build["id"]
+        assert _read_back(build) == build, build["id"]
+
+
+def _read_back(build: dict) -> dict:
+    """The report through today's model, less the fields added since it was recorded (absent
+    from it, and empty): a field lost or renamed still shows."""
+    known: Any = _known(BuildReport.model_validate(build).model_dump(mode="json"), build)
+    return dict(known)
+
+
+def _known(dumped: Any, recorded: Any) -> Any:
+    if isinstance(dumped, dict) and isinstance(recorded, dict):
+        return {
+            k: _known(v, recorded.get(k))
+            for k, v in dumped.items()
+            if k in recorded or not _empty(v)
+        }
+    if isinstance(dumped, list) and isinstance(recorded, list) and len(dumped) == len(recorded):
+        return [_known(d, r) for d, r in zip(dumped, recorded, strict=True)]
+    return dumped
+
+
+def _empty(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_empty(v) for v in value.values())
+    return value in ([], "", None)
 
 
 def test_a_field_the_report_lacks_is_caught() -> None:
     build = json.loads(STREAMS[0].read_text())["builds"][0]
     renamed = {**build, "verdict_why": build["verdict_reason"]}
     del renamed["verdict_reason"]
-    assert BuildReport.model_validate(renamed).model_dump(mode="json") != renamed
+    assert _read_back(renamed) != renamed
