@@ -103,8 +103,7 @@ def create_pin(family: Name, subject: Name, body: PinCreate, session: SessionDep
         raise BadRequest(
             f"{subject} does not run on {family!r}; its families: {', '.join(entry.families)}"
         )
-    held = pins.active(session, subject, family)
-    pin = pins.repin(session, entry, family, body.config, body.reason)
+    pin, held = pins.repin(session, entry, family, body.config, body.reason)
     if body.config is not None and pin is None:
         raise BadRequest("another re-pin of this comparison point came first; read it and retry")
     session.commit()
