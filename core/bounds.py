@@ -11,7 +11,8 @@ Characters a store or a document cannot carry are replaced, not refused: NUL and
 controls but tab, newline and carriage return (Postgres text refuses NUL, XML 1.0 all of them), lone
 surrogates (no UTF-8 for them) and the non-characters U+FFFE and U+FFFF (XML 1.0) become U+FFFD in
 every text of the protocol (``storable``), so a log or a reason holding one is stored on SQLite and
-Postgres alike, never a 500 that the runner retries until its lease runs out.
+Postgres alike, never a 500 that the runner retries until its lease runs out. A log's C0 controls
+become visible escapes instead (``loggable``: ``\\x1b[31m`` says more than U+FFFD).
 
 The runner keeps within them when it builds a result: ``clip`` for texts it did not write itself
 (a candidate's exception, pip's error lines), and ``fit`` for a candidate's stage document.
@@ -61,13 +62,40 @@ Storable = BeforeValidator(_storable)
 
 
 Clean = Annotated[str, Storable]  # a text whose bound is its list's or its field's, storable
+_C0 = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_NOT_UNICODE = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def loggable(text: str) -> str:
+    """A log's text made storable, its controls kept readable: each C0 control a store refuses as
+    a visible escape (``\\x1b``: a terminal's escape sequences stay legible in the log), lone
+    surrogates and U+FFFE/U+FFFF as U+FFFD."""
+    escaped = _C0.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _NOT_UNICODE.sub(REPLACEMENT, escaped)
+
+
+def log_text(limit: int) -> BeforeValidator:
+    """A log of at most ``limit`` characters as sent (the bound is the sender's: escaping may
+    lengthen it), made ``loggable``."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        if len(value) > limit:
+            raise ValueError(f"a log of {len(value)} characters (at most {limit})")
+        return loggable(value)
+
+    return BeforeValidator(check)
+
+
 Name = Annotated[str, StringConstraints(max_length=NAME_CHARS), Storable]
 Phrase = Annotated[str, StringConstraints(max_length=100), Storable]  # a version, a default
 Short = Annotated[str, StringConstraints(max_length=SHORT_CHARS), Storable]
 Term = Annotated[str, StringConstraints(max_length=32), Storable]  # an output, a stop reason
 Word = Annotated[str, StringConstraints(max_length=16), Storable]  # an arm, a method
 Text = Annotated[str, StringConstraints(max_length=TEXT_CHARS), Storable]
-LogText = Annotated[str, StringConstraints(max_length=LOG_CHARS), Storable]
+# (the schema still says the bound a sender keeps to)
+LogText = Annotated[str, log_text(LOG_CHARS), Field(json_schema_extra={"maxLength": LOG_CHARS})]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]

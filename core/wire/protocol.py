@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, model_validator
 
 from core import bounds
 from core.bounds import Text
@@ -128,7 +128,9 @@ class HeartbeatAck(WireModel):
 
 # A stage's runner log travels with its result, cut to its last this many characters.
 LOG_MAX_CHARS = 64 * 1024
-StageLog = Annotated[str, StringConstraints(max_length=LOG_MAX_CHARS), bounds.Storable]
+StageLog = Annotated[
+    str, bounds.log_text(LOG_MAX_CHARS), Field(json_schema_extra={"maxLength": LOG_MAX_CHARS})
+]
 
 
 class StagePost(LeasedPost):

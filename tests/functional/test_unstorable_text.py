@@ -76,9 +76,9 @@ def test_unstorable_characters_are_replaced_at_the_door(
     assert check["metrics"] == {"note" + CLEAN[:4]: [CLEAN, {"deeper": CLEAN}]}
     assert CLEAN in json.dumps(report["findings"], ensure_ascii=False)
     logs = loopback.get(f"{svc.url}/api/builds/{build_id}/logs")
-    assert (
-        logs.status_code == 200 and "nul\ufffd bel\ufffd" in logs.text and "\x00" not in logs.text
-    )
+    # a log keeps its controls legible: visible escapes rather than U+FFFD
+    assert logs.status_code == 200 and "\x00" not in logs.text
+    assert "nul\\x00 bel\\x07 vt\\x0b us\\x1f hi\ufffd lo\ufffd fffe\ufffd" in logs.text
     junit = loopback.get(f"{svc.url}/builds/{build_id}/junit.xml")
     assert junit.status_code == 200
     ET.fromstring(junit.content)  # well formed
@@ -102,4 +102,4 @@ def test_a_nul_in_a_log_or_a_reason_is_stored_not_a_server_error(
     (job,) = [j for j in loopback.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]
               if j["id"] == lease["job_id"]]  # fmt: skip
     assert job["stages"][0]["reason"] == "a\ufffdb"
-    assert "x\ufffdy" in loopback.get(f"{svc.url}/api/builds/{build_id}/logs").text
+    assert "x\\x00y" in loopback.get(f"{svc.url}/api/builds/{build_id}/logs").text
