@@ -6,7 +6,9 @@ by ``core.history.comparable_key`` and tagged with the pin's series; the newest 
 same key and series from another build is "the previous comparable build", and the genuine
 records before it (none flagged) make the cost gate's band. The comparison itself is
 ``core.history.compare``; its findings are stored with the job's other findings. A measurement
-off the job's pin is refused before anything of the stage is stored.
+off the job's pin is refused before anything of the stage is stored. A job rerun's copies of the
+other jobs' records (``copied``) are never a previous build nor in a band: a measurement counts
+once, in the build that made it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from core import history
@@ -29,9 +31,12 @@ _KEPT = ("digests", "sample", "cost", "config_name", "comparable")
 
 
 def _same_series(pin_id: int | None) -> Any:
-    return (
+    """Measured in the series ``pin_id``, by the build itself (a rerun's copy counts once, in
+    the build it was copied from)."""
+    series = (
         DeterminismRecord.pin_id.is_(None) if pin_id is None else DeterminismRecord.pin_id == pin_id
     )
+    return and_(series, DeterminismRecord.copied.is_(False))
 
 
 def previous_record(

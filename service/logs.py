@@ -1,5 +1,12 @@
-"""Each stage's runner log: stored per job as the runner sent it, the service's own secrets
+"""Each stage's runner log: stored per job as the runner sent it, every token the service knows
 redacted on the way in, served as text (``GET /api/builds/{id}/logs``) and on the build page.
+
+What is served is text, never a terminal's commands: each control character but newline and tab
+is shown as a visible escape (``core.text.visible``), and a log line that begins like a heading
+(``==>``) has its first character escaped (``\x3d=>``), so only the service's own lines head a
+stage. Redacted before storage: the submit, registration and admin tokens, the webhook and
+notification secrets, GitHub's credentials, the lease token and the posting runner's own token
+(runner tokens are stored hashed, so the one at hand is the only one the service can see).
 
 The runner sends the end of each stage's log with its result
 (``core.wire.protocol.StagePost.log``, at most ``LOG_MAX_CHARS``); a stage posted without one (an
@@ -10,13 +17,16 @@ job's attempt: an abandoned attempt's are removed with its other results
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.wire import LOG_MAX_CHARS, STAGE_ORDER, BuildReport, Stage
+from core.text import visible
+from core.wire import LOG_MAX_CHARS, STAGE_ORDER, BuildReport, Stage, StageResult
 from service.config import Settings
 from service.models import Job, StageLog
 
@@ -25,10 +35,12 @@ PAGE_CHARS = 16 * 1024  # the build page shows each log's end; the whole one is 
 
 
 def secret_values(settings: Settings, *more: str | None) -> list[str]:
-    """Every secret the service holds (and ``more``, say the caller's lease token)."""
+    """Every secret the service holds (and ``more``: the caller's lease token and its own
+    runner token, which the service keeps only hashed)."""
     values = [
         settings.submit_token,
         settings.runner_token,
+        settings.admin_token,
         settings.webhook_secret,
         settings.github_token,
         settings.notify_secret,
@@ -44,6 +56,26 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+def redact_result(result: StageResult, secrets: list[str]) -> StageResult:
+    """The stage's result with every secret in its texts (reasons, details, metrics, messages,
+    the failure tail) redacted; the same object when none holds one (the common case, checked
+    on its JSON once)."""
+    dumped = result.model_dump_json()
+    if not any(value in dumped for value in secrets):
+        return result
+    return StageResult.model_validate(_redact_doc(result.model_dump(mode="json"), secrets))
+
+
+def _redact_doc(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(k, secrets): _redact_doc(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_doc(v, secrets) for v in value]
+    return value
 
 
 def store(session: Session, job: Job, stage: Stage, text: str | None, secrets: list[str]) -> None:
@@ -67,13 +99,21 @@ def of_build(session: Session, build_id: int) -> dict[tuple[int, str], str]:
     return {(job_id or 0, stage): text for job_id, stage, text in rows}
 
 
+_HEADING_LIKE = re.compile(r"^==>", re.MULTILINE)
+
+
+def served(text: str) -> str:
+    """A stored log as it is served: controls as visible escapes, no line a heading."""
+    return _HEADING_LIKE.sub(r"\\x3d=>", visible(text))
+
+
 @dataclass(frozen=True)
 class StageLogView:
     job_id: int
     job: str  # "cpu job 11", "gpu job 12 (sm_90)"
     stage: str
     status: str
-    text: str  # the whole stored log (or the failure tail of a stage posted without one)
+    text: str  # the whole stored log (or the failure tail of a stage posted without one), served
     whole: bool  # a log the runner sent, not only the failure tail
 
     @property
@@ -98,7 +138,7 @@ def views(report: BuildReport, stored: dict[tuple[int, str], str]) -> list[Stage
                     job=label,
                     stage=stage.name.value,
                     status=stage.status.value,
-                    text=text if text is not None else stage.log_tail,
+                    text=served(text if text is not None else stage.log_tail),
                     whole=text is not None,
                 )
             )

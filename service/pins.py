@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -33,15 +33,37 @@ from service.models import ComparisonPin, Job, utcnow
 log = logging.getLogger("fe_ci.pins")
 
 
-def active(session: Session, subject: str, family: str) -> ComparisonPin | None:
-    """The pin of (subject, family) in force now."""
-    return session.scalars(
+# A re-pin that lost a race to another (the unique index of the pins in force refused its
+# series) reads the winner and goes again, at most this many times.
+REPIN_ATTEMPTS = 8
+
+
+def queue_behind_others(session: Session, subject: str, family: str) -> None:
+    """Wait for any other transaction changing the pins of (subject, family) to end, and hold
+    them off until this one does. On Postgres a transaction-scoped advisory lock (a row lock
+    cannot queue re-pins while no pin is in force, nor one that a racer is retiring); SQLite
+    runs one writer at a time already. The unique index stays the guarantee either way."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+            {"key": f"comparison_pins:{subject}:{family}"},
+        )
+
+
+def active(
+    session: Session, subject: str, family: str, *, lock: bool = False
+) -> ComparisonPin | None:
+    """The pin of (subject, family) in force now (the database holds at most one: the unique
+    index ``uq_comparison_pins_in_force``); ``lock`` takes its row lock where the database has
+    row locks (Postgres), so a racing re-pin waits for this transaction."""
+    stmt = (
         select(ComparisonPin)
         .where(ComparisonPin.subject == subject, ComparisonPin.family == family)
         .where(ComparisonPin.retired_at.is_(None))
         .order_by(ComparisonPin.series.desc())
         .limit(1)
-    ).first()
+    )
+    return session.scalars(stmt.with_for_update() if lock else stmt).first()
 
 
 def in_force(session: Session, family: str, at: datetime) -> dict[str, ComparisonPin]:
@@ -82,8 +104,24 @@ def start_series(
 ) -> ComparisonPin | None:
     """Retire the pin in force and start the next series at ``config``; None when a racing
     transaction started one first (its pin stands)."""
+    return _next_series(session, subject, family, config, source, reason, build_id, at)[0]
+
+
+def _next_series(
+    session: Session,
+    subject: Subject,
+    family: str,
+    config: str,
+    source: str,
+    reason: str,
+    build_id: int | None,
+    at: datetime | None,
+) -> tuple[ComparisonPin | None, ComparisonPin | None]:
+    """(the series started, the pin it retired); (None, None) when a racing transaction started
+    one first: the unique index of the pins in force refused this one."""
     at = at or utcnow()
-    held = active(session, subject.name, family)
+    queue_behind_others(session, subject.name, family)
+    held = active(session, subject.name, family, lock=True)
     newest = session.scalar(
         select(func.max(ComparisonPin.series)).where(
             ComparisonPin.subject == subject.name, ComparisonPin.family == family
@@ -106,7 +144,7 @@ def start_series(
                 held.retired_at = at
             session.add(pin)
     except IntegrityError:
-        return None
+        return None, None
     log.info(
         "event=comparison_pinned subject=%s family=%s series=%s config=%s source=%s",
         pin.subject,
@@ -115,7 +153,7 @@ def start_series(
         config,
         source,
     )
-    return pin
+    return pin, held
 
 
 def for_lease(session: Session, family: str, at: datetime) -> list[ComparisonPoint]:
@@ -187,9 +225,14 @@ def series_for(
 
 def repin(
     session: Session, subject: Subject, family: str, config: str | None, reason: str
-) -> ComparisonPin | None:
+) -> tuple[ComparisonPin | None, ComparisonPin | None]:
     """An operator's re-pin: a new series at ``config``, or, without one, none until the next
-    robust measurement (or the subject's declared point) chooses again."""
+    robust measurement (or the subject's declared point) chooses again. A re-pin that races
+    another goes after it: each one a series of its own, one in force at the end.
+
+    Returns (the series started, the one it retired); the first is None without ``config``, or
+    when every attempt lost its race.
+    """
     if config is not None and config not in subject.config_names:
         raise UnknownConfig(
             f"{subject.name} has no config {config!r}; known configs: {known_configs(subject)}",
@@ -197,8 +240,27 @@ def repin(
         )
     why = f"re-pinned by an operator: {reason}" if reason else "re-pinned by an operator"
     if config is None:
-        held = active(session, subject.name, family)
-        if held is not None:
-            held.retired_at = utcnow()
-        return None
-    return start_series(session, subject, family, config, source="operator", reason=why)
+        retired = retire_all(session, subject.name, family)
+        return None, retired[0] if retired else None
+    for _ in range(REPIN_ATTEMPTS):
+        pin, held = _next_series(session, subject, family, config, "operator", why, None, None)
+        if pin is not None:
+            return pin, held
+    return None, None
+
+
+def retire_all(session: Session, subject: str, family: str) -> list[ComparisonPin]:
+    """Retire every pin of (subject, family) in force (the newest first), so nothing is in force
+    until the next robust measurement or the subject's declared point chooses again."""
+    queue_behind_others(session, subject, family)
+    held = session.scalars(
+        select(ComparisonPin)
+        .where(ComparisonPin.subject == subject, ComparisonPin.family == family)
+        .where(ComparisonPin.retired_at.is_(None))
+        .order_by(ComparisonPin.series.desc())
+        .with_for_update()
+    ).all()
+    at = utcnow()
+    for pin in held:
+        pin.retired_at = at
+    return list(held)

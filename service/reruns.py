@@ -29,7 +29,7 @@ from core.wire import JobKind, JobState
 from service import queue, uploads
 from service.config import Settings
 from service.errors import Conflict
-from service.models import PER_JOB_TABLES, Build, Job, StageLog, utcnow
+from service.models import PER_JOB_TABLES, Build, DeterminismRecord, Job, StageLog, utcnow
 
 T = TypeVar("T")
 
@@ -140,9 +140,13 @@ def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> B
             session.add(stage_copy)
     for table in PER_JOB_TABLES:
         rows = session.scalars(select(table).where(table.build_id == build.id))
+        # a measurement counts once: a copied determinism record is marked, and the band,
+        # the previous comparable build and the trends read the one it was copied from
+        marked = {"copied": True} if table is DeterminismRecord else {}
         for row in rows:
             if row.job_id in copies:
                 logged = _log_copy(row, build.id) if isinstance(row, StageLog) else {}
-                session.add(_clone(row, build_id=new.id, job_id=copies[row.job_id], **logged))
+                extra = {**marked, **logged}
+                session.add(_clone(row, build_id=new.id, job_id=copies[row.job_id], **extra))
     queue.announce(session, new)
     return new

@@ -6,6 +6,7 @@ sends is bounded here (``core/bounds.py``) and refused whole with a 422 past it.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -62,11 +63,11 @@ class RememberedConfig(WireModel):
     and cuDNN backend match the host it runs on (``core.comparable``).
     """
 
-    subject: str = Field(max_length=64)
-    family: str = Field(max_length=16)
-    gpu: str | None = Field(default=None, max_length=200)
-    cudnn_backend: str | None = Field(default=None, max_length=64)
-    config: str = Field(max_length=200)
+    subject: bounds.Short
+    family: bounds.Word
+    gpu: bounds.Name | None = None
+    cudnn_backend: bounds.Short | None = None
+    config: bounds.Name
     build_id: int | None = None
 
     @model_validator(mode="after")
@@ -83,11 +84,12 @@ class ComparisonPoint(WireModel):
     """A subject's comparison point on a family: every build measures the deterministic arm's
     bits and the cost of determinism there, wherever its detection walk goes."""
 
-    subject: str = Field(max_length=64)
-    family: str = Field(max_length=16)
-    config: str = Field(max_length=200)
+    subject: bounds.Short
+    family: bounds.Word
+    config: bounds.Name
     series: int | None = None  # a re-pin or a new definition of the subject starts the next
-    source: str = Field(default="measured", max_length=16)  # "measured" | "declared" | "operator"
+    # "measured" | "declared" | "operator"
+    source: bounds.Word = "measured"
 
 
 class JobLease(WireModel):
@@ -126,11 +128,14 @@ class HeartbeatAck(WireModel):
 
 # A stage's runner log travels with its result, cut to its last this many characters.
 LOG_MAX_CHARS = 64 * 1024
+StageLog = Annotated[
+    str, bounds.log_text(LOG_MAX_CHARS), Field(json_schema_extra={"maxLength": LOG_MAX_CHARS})
+]
 
 
 class StagePost(LeasedPost):
     result: StageResult
-    log: str | None = Field(default=None, max_length=LOG_MAX_CHARS)  # the stage's log, its end
+    log: StageLog | None = None  # the stage's log, its end
 
 
 class JobFinish(LeasedPost):

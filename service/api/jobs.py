@@ -44,7 +44,15 @@ from service import (
     uploads,
 )
 from service.assemble import store_stage
-from service.deps import IdPath, RunnerDep, SessionDep, SettingsDep, open_session, session_maker
+from service.deps import (
+    IdPath,
+    RunnerDep,
+    SessionDep,
+    SettingsDep,
+    bearer,
+    open_session,
+    session_maker,
+)
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
@@ -182,7 +190,12 @@ def heartbeat_job(
 
 @router.post("/jobs/{job_id}/stages", status_code=201, responses=errors(400, 409))
 def post_stage(
-    job_id: IdPath, body: StagePost, session: SessionDep, runner: RunnerDep, settings: SettingsDep
+    request: Request,
+    job_id: IdPath,
+    body: StagePost,
+    session: SessionDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
 ) -> dict[str, int]:
     """Store one finished stage of the job (idempotent per stage name)."""
     job = _leased_job(session, runner, job_id, body.lease_token)
@@ -195,9 +208,9 @@ def post_stage(
     result = body.result
     if result.name == Stage.probe:
         result = feature_regression.with_line_severity(session, job.build, result)
-    secrets = logs.secret_values(settings, body.lease_token)
-    if result.log_tail:
-        result = result.model_copy(update={"log_tail": logs.redact(result.log_tail, secrets)})
+    # every token the service knows, the posting runner's own among them (stored hashed)
+    secrets = logs.secret_values(settings, body.lease_token, bearer(request))
+    result = logs.redact_result(result, secrets)
     row = store_stage(session, job, result)
     logs.store(session, job, result.name, body.log, secrets)
     session.flush()
@@ -210,7 +223,12 @@ def post_stage(
 
 @router.post("/jobs/{job_id}/finish", response_model=dict[str, str], responses=errors(409))
 def finish_job(
-    request: Request, job_id: IdPath, body: JobFinish, session: SessionDep, runner: RunnerDep
+    request: Request,
+    job_id: IdPath,
+    body: JobFinish,
+    session: SessionDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
 ) -> dict[str, str]:
     """End the job; results posted after this are refused."""
     job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
@@ -219,7 +237,11 @@ def finish_job(
     job.state = JobState.finished
     job.finished_at = utcnow()
     job.environment = body.environment.model_dump()
-    job.reason = f"error: {body.error}" if body.error else ""
+    if body.error:
+        secrets = logs.secret_values(settings, body.lease_token, bearer(request))
+        job.reason = f"error: {logs.redact(body.error, secrets)}"
+    else:
+        job.reason = ""
     job.lease_token_hash = None
     if job.kind == "build":
         queue.release_waiting(session, job.build)

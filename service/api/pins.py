@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
+from core import bounds
 from core.subjects import FAMILIES, SUBJECTS
 from service import pins
 from service.deps import SessionDep, require_admin
@@ -48,7 +49,7 @@ class PinCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     config: str | None = Field(default=None, max_length=200)  # None: choose again by measuring
-    reason: str = Field(default="", max_length=500)
+    reason: Annotated[str, StringConstraints(max_length=500), bounds.Storable] = ""
 
 
 class PinChange(BaseModel):
@@ -103,8 +104,7 @@ def create_pin(family: Name, subject: Name, body: PinCreate, session: SessionDep
         raise BadRequest(
             f"{subject} does not run on {family!r}; its families: {', '.join(entry.families)}"
         )
-    held = pins.active(session, subject, family)
-    pin = pins.repin(session, entry, family, body.config, body.reason)
+    pin, held = pins.repin(session, entry, family, body.config, body.reason)
     if body.config is not None and pin is None:
         raise BadRequest("another re-pin of this comparison point came first; read it and retry")
     session.commit()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.models.base import Base, UTCDateTime, utcnow
@@ -37,10 +37,22 @@ class ComparisonPin(Base):
 
     One row per series. The row of a (subject, family) with no ``retired_at`` is in force; a
     re-pin, or a change of the subject's definition, retires it and starts series + 1, and the
-    records of the old series stay as they were."""
+    records of the old series stay as they were. The database holds "one in force": a unique
+    index over the rows with no ``retired_at`` (migration 0014), so a racing second series is
+    an ``IntegrityError``, never a second pin in force."""
 
     __tablename__ = "comparison_pins"
-    __table_args__ = (UniqueConstraint("subject", "family", "series"),)
+    __table_args__ = (
+        UniqueConstraint("subject", "family", "series"),
+        Index(
+            "uq_comparison_pins_in_force",
+            "subject",
+            "family",
+            unique=True,
+            sqlite_where=text("retired_at IS NULL"),
+            postgresql_where=text("retired_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     subject: Mapped[str] = mapped_column(String(64))

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -84,6 +85,7 @@ class DeterminismRecord(PerJob, Base):
 
     ``key`` is ``core.history.comparable_key`` of the measurement's comparable fields;
     ``measured`` keeps what the next build compares against (digests, sample, cost).
+    ``copied`` marks a rerun's copy of another build's record: it counts once, in that build.
     """
 
     __tablename__ = "determinism_records"
@@ -113,6 +115,9 @@ class DeterminismRecord(PerJob, Base):
         default=dict,
         server_default=text("'{}'"),  # rows older than 0011 have none
     )
+    # kept from the build a job rerun repeats (``service/reruns.py``): the measurement was made
+    # once, in that build, so a copy never enters the band, ``previous_record`` or the trends
+    copied: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class StageLog(PerJob, Base):

@@ -213,6 +213,7 @@ def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
         .outerjoin(ComparisonPin, ComparisonPin.id == DeterminismRecord.pin_id)
         .where(DeterminismRecord.subject == subject, DeterminismRecord.build_id.in_(builds))
         .where(DeterminismRecord.cost_ratio.is_not(None))
+        .where(DeterminismRecord.copied.is_(False))  # a rerun's copy: drawn once, at its build
         .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
     )
     found = [(b, f, float(r or 0.0), c, t, n) for b, f, r, c, t, n in session.execute(stmt)]
@@ -243,6 +244,7 @@ def series_starts(
     first = (
         select(DeterminismRecord.pin_id, func.min(DeterminismRecord.build_id).label("build_id"))
         .where(DeterminismRecord.subject == subject, DeterminismRecord.pin_id.is_not(None))
+        .where(DeterminismRecord.copied.is_(False))
         .group_by(DeterminismRecord.pin_id)
         .subquery()
     )
@@ -268,7 +270,7 @@ def bits_by_build(session: Session, builds: list[int]) -> dict[int, list[tuple[s
             DeterminismRecord.subject,
             DeterminismRecord.bits,
         )
-        .where(DeterminismRecord.build_id.in_(builds))
+        .where(DeterminismRecord.build_id.in_(builds), DeterminismRecord.copied.is_(False))
         .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
     )
     out: dict[int, list[tuple[str, str]]] = defaultdict(list)

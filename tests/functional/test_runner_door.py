@@ -111,10 +111,6 @@ MALFORMED_STAGES: dict[str, dict[str, Any] | str] = {
     "an unknown subject's config": stage(
         checks=[{"name": "evil.deterministic", "status": "pass", "metrics": {"config_name": "a"}}]
     ),
-    "a lone surrogate": raw(
-        '{"name": "determinism", "status": "pass", "checks": [{"name": "sdpa_bwd.deterministic",'
-        ' "status": "pass", "metrics": {"note": "\\ud800"}}]}'
-    ),
     "not json": raw("{"),
 }
 
