@@ -17,6 +17,13 @@ Sections here: the SDPA family (``cudnn.sdpa_torch`` through autograd, ``torch.o
 ``pygraph.sdpa_backward`` with GQA and dBias, ``pygraph.sdpa_fp8_backward``); the rest
 (causal conv1d, DeepSeek sparse attention, indexer top-k, flex attention) are in
 bench/gpu_surface_more.py. Standard library, torch and the frontend only.
+
+On a GPU host without a registry (Python 3.12): the frontend wheel (about 12 MB) installs with
+``pip install --no-index --no-deps --target DIR`` and ``PYTHONPATH=DIR``; the CuTe DSL sections
+also need nvidia-cutlass-dsl 4.8.1 with its libs-base and libs-cu13 wheels (libs-cu13 is 92 MB,
+so it travels in parts over back-to-back calls) and ``DIR/nvidia_cutlass_dsl/dsl_packages`` on
+``PYTHONPATH`` (``--target`` does not run the package's .pth file). The script and the wheels must
+be in the checkout that the host receives.
 """
 
 from __future__ import annotations
