@@ -35,30 +35,24 @@ for _ in range(100000):
         break
 """
 
-FILL_SHM = (
-    """\
+FILL_SHM = f"""\
 try:
     with open("/dev/shm/fill", "wb") as fh:
-        for _ in range(4 * %d):
+        for _ in range(4 * {TMP_MB}):
             fh.write(b"x" * (1 << 20))
 except OSError:
     pass
 """
-    % TMP_MB
-)
 
-FILL_JOB_DIR = (
-    """\
+FILL_JOB_DIR = f"""\
 import time
 with open("filler", "wb") as fh:
-    for _ in range(4 * %d):
+    for _ in range(4 * {JOB_DIR_MB}):
         fh.write(b"x" * (1 << 20))
         fh.flush()
         time.sleep(0.002)
 time.sleep(20)
 """
-    % JOB_DIR_MB
-)
 
 
 @pytest.fixture
