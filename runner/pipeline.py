@@ -138,7 +138,9 @@ class Pipeline:
             ro=self._reads(),
         )
         secrets = self.opts.secrets
-        if not outcome.ok or not out_path.is_file():
+        # a document is read only as a regular file, not followed, bounded (``read_doc``): what
+        # else the candidate left there is its stage's error, never the runner's
+        if not outcome.ok or not os.path.lexists(out_path):
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return redacted(failed_stage(stage, outcome), secrets)

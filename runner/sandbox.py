@@ -30,12 +30,14 @@ TAIL_BYTES = 4000
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "ok" | "failed" | "timeout" | "crashed" | "cancelled" | "limit"
+    status: str  # "ok" | "failed" | "timeout" | "crashed" | "cancelled" | "limit" | "refused"
     returncode: int | None
     signal: int | None
     duration_s: float
     log_tail: str
-    limit: str = ""  # which of the sandbox's limits it ran into (``limits.py``), said in words
+    # "limit": which of the sandbox's limits it ran into (``limits.py``); "refused": what the
+    # candidate left that the runner refuses to read; said in words
+    why: str = ""
 
     @property
     def ok(self) -> bool:
@@ -49,7 +51,9 @@ class Outcome:
         if self.status == "cancelled":
             return "cancelled"
         if self.status == "limit":
-            return f"stopped: {self.limit}"
+            return f"stopped: {self.why}"
+        if self.status == "refused":
+            return self.why
         if self.status == "failed":
             return f"exited with status {self.returncode}"
         return "ok"
