@@ -32,7 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from runner import limits
 from runner.config import RunnerSettings
@@ -89,13 +89,13 @@ class Mechanism:
         if self.name == "bwrap":  # as root it makes the mounts, then setpriv drops to the uid
             inner = [*_drop(uid), *cmd]
             if report_fd is not None:  # nsinit as a plain reaper and reporter, no mounts
-                spec = {**_NO_MOUNTS, "env": env, "argv": inner, "report_fd": report_fd}
-                inner = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(spec)]
+                plain = {**_NO_MOUNTS, "env": env, "argv": inner, "report_fd": report_fd}
+                inner = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(plain)]
             argv = _bwrap(self.prefix, inner, env, box, tmp_size)
             return Launch(argv, {"PATH": os.defpath})
         if self.name == "unshare":
             shown = _shown(box)
-            spec = {
+            spec: dict[str, Any] = {
                 "uid": uid,
                 "ro_root": self.ro_root,
                 "tmpfs": list(PRIVATE_TMP),
@@ -114,8 +114,10 @@ class Mechanism:
         return Launch([*_drop(uid), *cmd], env)
 
 
-_NO_MOUNTS = {"uid": None, "ro_root": False, "tmpfs": [], "hidden": [], "ro": [], "rw": [],
-              "cwd": None}  # fmt: skip
+_NO_MOUNTS: dict[str, Any] = {
+    **{"uid": None, "ro_root": False, "cwd": None},
+    **{key: [] for key in ("tmpfs", "hidden", "ro", "rw")},
+}
 
 
 @functools.cache

@@ -53,8 +53,9 @@ class Limits:
     job_dir_mb: int
 
     @property
-    def tmp_bytes(self) -> int | None:
-        return self.tmp_mb << 20 if self.tmp_mb else None
+    def tmp_bytes(self) -> int:
+        """Each private tmpfs's size; 0: unsized."""
+        return self.tmp_mb << 20
 
 
 @functools.cache

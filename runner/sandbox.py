@@ -38,6 +38,7 @@ class Outcome:
     # "limit": which of the sandbox's limits it ran into (``limits.py``); "refused": what the
     # candidate left that the runner refuses to read; said in words
     why: str = ""
+    warm: bool = False  # forked from a warm worker (``zygotes.py``): its uid serves other jobs
 
     @property
     def ok(self) -> bool:

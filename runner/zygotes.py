@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import allowlist, candidate, envs, jail, jobbox, layers, sandbox, uids
+from runner import allowlist, candidate, envs, jail, jobbox, layers, limits, sandbox, uids
 from runner.inside.zygote import unix_address
 
 log = logging.getLogger("fe_ci.zygote")
@@ -194,7 +194,7 @@ class Zygote:
         if status is None:
             status = "ok" if code == 0 else ("crashed" if sig is not None else "failed")
         duration = time.monotonic() - start
-        return sandbox.Outcome(status, code, sig, duration, sandbox.tail(log_path))
+        return sandbox.Outcome(status, code, sig, duration, sandbox.tail(log_path), warm=True)
 
     def _wait(
         self,
@@ -241,9 +241,7 @@ def _kill(pidfd: int, sig: int) -> None:
 def _copy_out(doc: Path, out_path: Path) -> None:
     """The stage's document (a file the zygote's uid wrote) into ``out_path``, a file of the
     runner's; nothing when there is none to read."""
-    if candidate.clear(out_path):
-        return  # the caller reads nothing there, or what it refuses
-    data = candidate.read_untrusted(doc)
+    data = "left in place" if candidate.clear(out_path) else candidate.read_untrusted(doc)
     if isinstance(data, bytes):
         out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(out, "wb") as dst:
@@ -345,7 +343,8 @@ class Zygotes:
             "stage", home=home, path=[env.python.parent], pythonpath=src
         )
         cmd = [str(env.python), "-m", "runner.inside.zygote", "--socket", str(socket_path)]
-        cmd += ["--preload", ",".join(self.preload)]
+        cmd += ["--preload", ",".join(self.preload), "--tmp-bytes", str(limits.wanted().tmp_bytes)]
+        applied = release.enter_context(limits.applied(uid is not None))  # with its forks
         if not mech.namespaces:  # in namespaces its parent is the sandbox's init
             cmd += ["--parent", str(os.getpid())]
         launch = mech.wrap(cmd, child_env, box)
@@ -358,6 +357,7 @@ class Zygotes:
                 env=launch.env,
                 cwd=home,
                 start_new_session=True,
+                preexec_fn=applied.preexec(),
             )
         zygote = Zygote(key, root, proc, socket_path, env.python, src, uid, release=release)
         ready = self._ready(zygote)
