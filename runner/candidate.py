@@ -177,3 +177,13 @@ def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
     if found:
         return {}, "; ".join(found)
     return doc, ""
+
+
+def copy_doc(doc: Path, out_path: Path) -> None:
+    """A warm stage's document (a file the worker's uid wrote) into ``out_path``, a file of the
+    runner's; nothing when there is none to read."""
+    data = "left in place" if clear(out_path) else read_untrusted(doc)
+    if isinstance(data, bytes):
+        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(out, "wb") as dst:
+            dst.write(data)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import jail, pipeline, pipeline_options, zygotes
+from runner import jail, limits, pipeline, pipeline_options, zygotes
 from testkit import frontend_repo as fr
 from testkit import wheels
 
@@ -54,3 +54,40 @@ def test_two_jobs_forked_from_one_warm_worker_are_said_to_share_its_uid(tmp_path
     for text in said:
         assert text.startswith(jail.mechanism().describe()), text
         assert "uid shared: probe ran in a warm worker" in text, text
+
+
+FILL_HOME = """\
+import os, time
+with open(os.path.join(os.environ["HOME"], "filler"), "wb") as fh:
+    for _ in range(128):
+        fh.write(b"x" * (1 << 20))
+        fh.flush()
+        time.sleep(0.002)
+time.sleep(20)
+"""
+
+
+def test_a_warm_stage_filling_its_room_ends_error_naming_the_job_dir_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FE_CI_JOB_DIR_MB", "32")
+    limits.wanted.cache_clear()
+    pool = zygotes.Zygotes(tmp_path / "zygotes", preload=())
+    try:
+        opts = pipeline_options.Options(
+            stages=[Stage.install, Stage.probe],
+            work_dir=tmp_path / "job",
+            layers_dir=tmp_path / "layers",
+            zygotes=pool,
+            report_unselected=False,
+        )
+        result = pipeline.Pipeline(opts).run(wheels.make_wheel(tmp_path / "d", "1.4.0", FILL_HOME))
+        (worker,) = pool._live.values()
+        assert worker.forks == 1  # the probe was a fork of the worker
+    finally:
+        pool.close()
+        monkeypatch.undo()
+        limits.wanted.cache_clear()
+    probe = {s.name: s for s in result.stages}[Stage.probe]
+    assert probe.status == Status.error, probe
+    assert "job directory's size limit (32 MB) was reached" in probe.reason, probe
