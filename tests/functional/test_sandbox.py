@@ -117,7 +117,11 @@ def job(tmp_path: Path) -> Iterator[tuple[Path, int | None]]:
 
 
 def _boxed(own: Path, uid: int | None, **kw: object) -> jail.Box:
-    return jail.Box(uid=uid, rw=(own,), ro=(own.parent, *jail.runner_paths()), cwd=own, **kw)  # type: ignore[arg-type]
+    """As a job's box is (``jobbox.JobBox.box``): the runner's home hidden, what it needs of it
+    (an interpreter installed there, as pyenv does) shown again."""
+    hidden = (*kw.pop("hidden", ()), *jail.private_paths())  # type: ignore[misc]
+    ro = (own.parent, *jail.runner_paths())
+    return jail.Box(uid=uid, rw=(own,), ro=ro, hidden=hidden, cwd=own, **kw)  # type: ignore[arg-type]
 
 
 def _run(own: Path, uid: int | None, code: str, **kw: object) -> sandbox.Outcome:
