@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.wire import Stage, Status
-from runner import jail, limits, pipeline, pipeline_options
+from runner import jail, limits, pipeline, pipeline_options, sandbox, uids
 from testkit.wheels import make_wheel
 
 pytestmark = pytest.mark.skipif(
@@ -120,3 +121,61 @@ def test_the_report_names_a_limit_the_host_cannot_give(
     said = jail.isolation()
     assert "no tmp" in said and f"tmp={TMP_MB}M" not in said, said
     assert f"jobdir={JOB_DIR_MB}M" in said
+
+
+@pytest.fixture(params=["bwrap", "unshare"])
+def each_sandbox(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, small_limits: limits.Limits
+) -> Iterator[str]:
+    """Each way the runner builds a sandbox, where this host allows it (skipped, saying why)."""
+    name = str(request.param)
+    monkeypatch.setenv("FE_CI_SANDBOX", name)
+    monkeypatch.setenv("FE_CI_SANDBOX_MEMORY_MB", "256")
+    limits.wanted.cache_clear()
+    jail.mechanism.cache_clear()
+    if jail.mechanism().name != name:
+        pytest.skip(f"{name} cannot make its sandbox here (got {jail.mechanism().describe()})")
+    yield name
+    monkeypatch.undo()
+    limits.wanted.cache_clear()
+    jail.mechanism.cache_clear()
+
+
+GROW_MEMORY = """\
+held = []
+for _ in range(1024):
+    held.append(bytearray(1 << 20))
+"""
+
+
+@pytest.mark.parametrize(
+    ("what", "attack"),
+    [("pids", FORK_BOMB), ("shm", FILL_SHM), ("jobdir", FILL_JOB_DIR), ("memory", GROW_MEMORY)],
+)
+def test_each_sandbox_stops_each_limit_and_names_it(
+    tmp_path: Path, each_sandbox: str, what: str, attack: str
+) -> None:
+    if what == "memory" and limits.cgroups() is None:
+        pytest.skip("no cgroup here: no memory limit, and the report says so")
+    words = "memory limit (256 MB) was reached" if what == "memory" else _expected(what)
+    with uids.UidRange.default().lease() as uid:
+        own = tmp_path / "job" / "box"
+        uids.hand_over(own, uid)
+        jail.make_reachable(own)
+        box = jail.Box(
+            uid=uid,
+            rw=(own,),
+            ro=(own.parent, *jail.runner_paths()),
+            hidden=jail.private_paths(),
+            cwd=own,
+        )
+        out = sandbox.run(
+            [sys.executable, "-c", attack],
+            timeout_s=60,
+            log_path=own.parent / "log",
+            env={"PATH": os.defpath},
+            grace_s=0.5,
+            box=box,
+        )
+    assert out.status == "limit", out
+    assert words in out.describe(), out
