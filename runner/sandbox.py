@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner import jail, limits
 
@@ -203,23 +204,48 @@ def isolation() -> str:
     return jail.isolation()
 
 
+CAPTURE_BYTES = 1 << 20
+
+
 def capture(
     cmd: list[str], *, env: dict[str, str], box: jail.Box | None, timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
     """``cmd``'s output (in ``box`` when given): for a short question asked of a candidate's
-    environment, whose answer the runner needs."""
+    environment, whose answer the runner needs. What the candidate can print there (a ``.pth``
+    file runs) is hostile: each stream is kept to its first ``CAPTURE_BYTES``, the rest drained
+    unread, and bytes that are not UTF-8 are replaced."""
     launch = jail.Launch(cmd, env)
     if box is not None:
         launch = jail.mechanism().wrap(cmd, env, box)
+    proc = subprocess.Popen(
+        launch.argv,
+        env=launch.env,
+        cwd=box.cwd if box is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    kept: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+    readers = [
+        threading.Thread(target=_keep_head, args=(pipe, kept[n]), daemon=True)
+        for n, pipe in ((1, proc.stdout), (2, proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
     try:
-        return subprocess.run(
-            launch.argv,
-            env=launch.env,
-            cwd=box.cwd if box is not None else None,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            start_new_session=True,
-        )
+        proc.wait(timeout=timeout_s)
+        rc, said = proc.returncode, ""
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(launch.argv, -9, "", f"no answer in {timeout_s:.0f} s")
+        _kill_group(proc, 0.0)
+        rc, said = -9, f"no answer in {timeout_s:.0f} s"
+    for reader in readers:
+        reader.join(timeout=5)
+    out, err = (kept[n].decode("utf-8", "replace") for n in (1, 2))
+    return subprocess.CompletedProcess(launch.argv, rc, out, said or err)
+
+
+def _keep_head(pipe: Any, into: bytearray) -> None:
+    with pipe:
+        while chunk := pipe.read(65536):
+            into += chunk[: max(0, CAPTURE_BYTES - len(into))]

@@ -13,7 +13,7 @@ import pytest
 
 from core.wire import Stage, Status
 from runner import pipeline, pipeline_options
-from testkit.wheels import make_wheel
+from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and os.geteuid() != 0,
@@ -93,3 +93,24 @@ def test_a_document_swapped_for_anything_else_is_the_candidates_error(
     assert "the probe stage wrote a document the runner does not accept" in probe.reason, probe
     assert str(tmp_path) not in probe.reason
     _genuine_build_passes(tmp_path)
+
+
+def test_a_pth_file_printing_megabytes_of_bytes_that_are_not_utf8_never_breaks_the_install(
+    tmp_path: Path,
+) -> None:
+    """After installing, the runner asks the environment for its path (``layers.env_paths``);
+    a ``.pth`` file of the wheel runs there and answers with what it likes."""
+    pth = "import sys; sys.stdout.buffer.write(b'\\xff\\xfe' * (3 << 20)); sys.stdout.flush()\n"
+    members = {**frontend_members("1.32.0", ""), "zz_fe_ci_noise.pth": pth.encode()}
+    wheel = tmp_path / wheel_name("1.32.0")
+    wheel.write_bytes(wheel_bytes(members, record=dist_info("1.32.0")))
+    opts = pipeline_options.Options(
+        stages=[Stage.install],
+        work_dir=tmp_path / "job",
+        layers_dir=tmp_path / "layers",
+        report_unselected=False,
+    )
+    result = pipeline.Pipeline(opts).run(wheel)
+    install = {s.name: s for s in result.stages}[Stage.install]
+    assert install.status == Status.pass_, install
+    assert "candidate only" in install.reason  # the warm path, which asks
