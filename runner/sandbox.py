@@ -113,7 +113,7 @@ def run(
         if mech is not None and box is not None:
             applied = held.enter_context(limits.applied(mech.uid_drop and box.uid is not None))
             watch = limits.Watch((*box.rw, log_path), applied.limits.job_dir_mb)
-            if mech.namespaces:
+            if mech.namespaces and applied.limits.tmp_mb:  # the init says which tmpfs was full
                 reader, writer = os.pipe()
                 held.callback(os.close, reader)
             launch = mech.wrap(cmd, launch.env, box, report_fd=writer)
