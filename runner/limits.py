@@ -209,7 +209,7 @@ class StageGroup:
     def remove(self) -> None:
         self.kill()
         for path in dict.fromkeys(self.dirs.values()):
-            for _ in range(100):  # a killed process leaves its cgroup a moment after it dies
+            for _ in range(500):  # a killed process leaves its cgroup a moment after it dies (10 s)
                 try:
                     path.rmdir()
                     break
