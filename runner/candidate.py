@@ -89,7 +89,8 @@ def run_stage(
     params_path = job.work / "params" / f"{stage}.json"
     out_path = job.own / f"{stage}.result.json"
     params_path.write_text(json.dumps(params, default=str))
-    out_path.unlink(missing_ok=True)
+    if why := clear(out_path):  # what an earlier stage of the candidate left there
+        return sandbox.Outcome("refused", None, None, 0.0, "", why), out_path
     env = stage_environ(stage, job.home, python, src)
     argv = ["--in", str(params_path), "--out", str(out_path)]
     log_path = job.work / "logs" / f"{stage}.log"
@@ -127,6 +128,25 @@ def stage_environ(stage: Stage, home: Path, python: Path, src: Path) -> dict[str
     )
 
 
+def clear(path: Path) -> str:
+    """Remove whatever the candidate left at ``path`` (a file, a link, a fifo, a folder: never
+    followed); "", or why it could not be, in the candidate's name and without a host path."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"the candidate left {path.name} unreadable ({exc.strerror})"
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(path)  # never follows a link inside
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        return f"the candidate left {path.name} where the runner cannot remove it ({exc.strerror})"
+    return ""
+
+
 def read_untrusted(path: Path, limit: int = MAX_DOC_BYTES) -> bytes | str:
     """A file the candidate wrote, in a directory it owned: its bytes, or why it is refused.
     Opened without following a link, a regular file only, read only as far as ``limit``."""
@@ -134,10 +154,16 @@ def read_untrusted(path: Path, limit: int = MAX_DOC_BYTES) -> bytes | str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder is refused before it is read
             return "not a regular file"
-        raw = fh.read(limit + 1)
+        raw = b""
+        while len(raw) <= limit and (chunk := os.read(fd, limit + 1 - len(raw))):
+            raw += chunk
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    finally:
+        os.close(fd)
     return raw if len(raw) <= limit else f"larger than {limit} bytes"
 
 
@@ -150,9 +176,21 @@ def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return {}, f"not JSON ({exc})"
+    except RecursionError:
+        return {}, "not JSON the runner reads (nested too deep)"
     if not isinstance(doc, dict):
         return {}, "not a JSON object"
     found = documents.problems(stage.value, doc)
     if found:
         return {}, "; ".join(found)
     return doc, ""
+
+
+def copy_doc(doc: Path, out_path: Path) -> None:
+    """A warm stage's document (a file the worker's uid wrote) into ``out_path``, a file of the
+    runner's; nothing when there is none to read."""
+    data = "left in place" if clear(out_path) else read_untrusted(doc)
+    if isinstance(data, bytes):
+        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(out, "wb") as dst:
+            dst.write(data)

@@ -77,6 +77,13 @@ class RunnerSettings(BaseSettings):
     # runners sharing a host share the range through host-wide locks (``runner/uids.py``)
     sandbox_uid_base: int = Field(default=200_000, ge=1000, lt=2**31)
     sandbox_uid_span: int = Field(default=10_000, ge=16, le=1_000_000)
+    # every sandbox's limits (``runner/limits.py``; 0 turns one off): processes (threads count),
+    # memory (a cgroup's; never RLIMIT_AS, which CUDA's address-space reservations exceed), the
+    # size of each private tmpfs (/tmp, /var/tmp, /dev/shm), what a stage writes in its job dir
+    sandbox_pids: int = Field(default=4096, ge=0)
+    sandbox_memory_mb: int = Field(default=32768, ge=0)
+    sandbox_tmp_mb: int = Field(default=2048, ge=0)
+    job_dir_mb: int = Field(default=8192, ge=0)
 
     _split = field_validator("runner_labels", mode="before")(_labels)
     _choice = field_validator("sandbox", "installer", mode="before")(_word)

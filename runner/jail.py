@@ -32,8 +32,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from runner import limits
 from runner.config import RunnerSettings
 
 log = logging.getLogger("fe_ci.sandbox")
@@ -77,17 +78,29 @@ class Mechanism:
         missing = [name for name in LAYERS if name not in self.layers]
         return f"{text}; missing {','.join(missing)}" if missing else text
 
-    def wrap(self, cmd: list[str], env: dict[str, str], box: Box) -> Launch:
-        """How to start ``cmd`` in ``box`` with exactly ``env``."""
+    def wrap(
+        self, cmd: list[str], env: dict[str, str], box: Box, report_fd: int | None = None
+    ) -> Launch:
+        """How to start ``cmd`` in ``box`` with exactly ``env``. With ``report_fd`` (a pipe's
+        end, passed to the sandbox), the sandbox's init writes there which private tmpfs was
+        full when the command ended (``nsinit.py``); the candidate never holds it."""
         uid = box.uid if self.uid_drop else None
+        tmp_size = limits.wanted().tmp_bytes
         if self.name == "bwrap":  # as root it makes the mounts, then setpriv drops to the uid
-            return Launch(_bwrap(self.prefix, [*_drop(uid), *cmd], env, box), {"PATH": os.defpath})
+            inner = [*_drop(uid), *cmd]
+            if report_fd is not None:  # nsinit as a plain reaper and reporter, no mounts
+                plain = {**_NO_MOUNTS, "env": env, "argv": inner, "report_fd": report_fd}
+                inner = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(plain)]
+            argv = _bwrap(self.prefix, inner, env, box, tmp_size)
+            return Launch(argv, {"PATH": os.defpath})
         if self.name == "unshare":
             shown = _shown(box)
-            spec = {
+            spec: dict[str, Any] = {
                 "uid": uid,
                 "ro_root": self.ro_root,
                 "tmpfs": list(PRIVATE_TMP),
+                "tmp_size": tmp_size,
+                "report_fd": report_fd,
                 "hidden": shown.hidden,
                 "ro": shown.ro,
                 "rw": shown.rw,
@@ -99,6 +112,18 @@ class Mechanism:
             argv += ["--", sys.executable, "-I", "-S", str(NSINIT), json.dumps(spec)]
             return Launch(argv, {"PATH": os.defpath})
         return Launch([*_drop(uid), *cmd], env)
+
+
+_NO_MOUNTS: dict[str, Any] = {
+    **{"uid": None, "ro_root": False, "cwd": None},
+    **{key: [] for key in ("tmpfs", "hidden", "ro", "rw")},
+}
+
+
+@functools.cache
+def _nsinit_source() -> str:
+    """``nsinit.py`` as ``-c`` code: the runner's own files may be hidden inside the sandbox."""
+    return NSINIT.read_text()
 
 
 @dataclass(frozen=True)
@@ -151,7 +176,9 @@ def gpu_devices() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*"))
 
 
-def _bwrap(prefix: tuple[str, ...], cmd: list[str], env: dict[str, str], box: Box) -> list[str]:
+def _bwrap(
+    prefix: tuple[str, ...], cmd: list[str], env: dict[str, str], box: Box, tmp_size: int | None
+) -> list[str]:
     argv = [*prefix, *([] if box.network else ["--unshare-net"])]
     argv += ["--die-with-parent", "--new-session", "--clearenv"]
     for key, value in env.items():
@@ -161,7 +188,8 @@ def _bwrap(prefix: tuple[str, ...], cmd: list[str], env: dict[str, str], box: Bo
         argv += ["--dev-bind", node, node]
     shown = _shown(box)
     for where in PRIVATE_TMP:
-        argv += ["--perms", "1777", "--tmpfs", where]
+        argv += ["--perms", "1777", *(["--size", str(tmp_size)] if tmp_size else [])]
+        argv += ["--tmpfs", where]
     for where in shown.hidden:
         argv += ["--perms", "0755", "--tmpfs", where]
     # what is shown again under an empty directory needs its folders made there, searchable
@@ -271,8 +299,10 @@ def mechanism() -> Mechanism:
 
 
 def isolation() -> str:
-    """The isolation applied to candidate processes, stated honestly for the report."""
-    return mechanism().describe()
+    """The isolation applied to candidate processes and its limits, stated honestly for the
+    report."""
+    m = mechanism()
+    return f"{m.describe()}; {limits.describe(m.uid_drop, m.namespaces)}"
 
 
 def make_reachable(path: Path) -> None:

@@ -1,7 +1,8 @@
 """The init of a candidate's namespaces where bubblewrap is missing (``jail.py``, ``unshare``).
 
 Started as root by ``unshare --pid --fork --mount-proc --mount [--net] --ipc --uts`` with one JSON
-argument: ``{"uid", "ro_root", "tmpfs", "hidden", "ro", "rw", "cwd", "env", "argv"}``. It is the
+argument: ``{"uid", "ro_root", "tmpfs", "tmp_size", "hidden", "ro", "rw", "cwd", "env", "argv",
+"report_fd"}``. It is the
 new pid namespace's process 1. In its own mount namespace it makes ``/`` read-only (where the
 kernel has ``mount_setattr``) with a fresh, writable ``/proc`` (CUDA needs one), mounts an empty
 tmpfs on each private and hidden directory, shows
@@ -10,6 +11,10 @@ to the job's uid with no groups, no capabilities and no new privileges, then sta
 exactly ``env`` and waits for it. When it exits, so does every process of the namespace, ``setsid``
 or not: the kernel kills them with their init. Its exit status is the command's (a signal ``N``
 as ``128 + N``, as bwrap reports it).
+
+Inside bubblewrap (which makes the mounts itself) it runs with no mounts to make, as the reaper
+and the reporter: with ``report_fd`` it writes, once the command has ended, which private tmpfs
+was full (``tmpfull /dev/shm``) on that descriptor, which the command never inherits.
 
 Standard library only; run with ``python -I -S``.
 """
@@ -30,6 +35,7 @@ MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -95,9 +101,10 @@ def build_mounts(spec: dict[str, Any]) -> None:
         # a fresh /proc of this pid namespace, writable: CUDA fails to start on a read-only one
         # (cudaGetDeviceCount: error 304, seen on the H200 host)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    size = f",size={spec['tmp_size']}" if spec.get("tmp_size") else ""
     for where in spec["tmpfs"]:
         if os.path.isdir(where):
-            mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+            mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + size)
     for where in spec["hidden"]:  # one under a private /tmp is gone already
         if os.path.isdir(where):
             mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -119,8 +126,37 @@ def drop(uid: int | None) -> None:
     _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
 
 
+def full_tmpfs(tops: tuple[str, ...] = PRIVATE_TMP) -> list[str]:
+    """The private tmpfs with (next to) no room left: the candidate ran into their size."""
+    out = []
+    for where in tops:
+        try:
+            st = os.statvfs(where)
+        except OSError:
+            continue
+        if st.f_blocks and st.f_bavail * st.f_frsize < max(
+            1 << 20, st.f_blocks * st.f_frsize // 100
+        ):
+            out.append(where)
+    return out
+
+
+def report(fd: int | None) -> None:
+    """Which tmpfs was full, on the runner's descriptor (never the command's)."""
+    if fd is None:
+        return
+    try:
+        os.write(fd, "".join(f"tmpfull {w}\n" for w in full_tmpfs()).encode() or b"ok\n")
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
+    fd = spec.get("report_fd")
+    if fd is not None:
+        os.set_inheritable(fd, False)  # the command is never given it
     os.umask(0o022)  # folders made for what is shown again stay searchable
     try:
         build_mounts(spec)
@@ -143,6 +179,7 @@ def main(argv: list[str]) -> int:
         pid, status = os.wait()
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
+            report(fd)
             return 128 - code if code < 0 else code
 
 

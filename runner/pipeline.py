@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core import regression, subjects, surface
+from core import bounds, regression, subjects, surface
 from core.subjects import SUBJECTS
 from core.verdict import ENDED_WELL, ERRORED
 from core.wire import (
@@ -37,6 +37,7 @@ from runner import (
     compile_keys,
     envs,
     install_stage,
+    jail,
     jobbox,
     layers,
     ledger,
@@ -81,6 +82,7 @@ class Pipeline:
         self._warm = False  # the env is exactly ``_layer`` (or nothing) + the candidate
         self._job: jobbox.JobBox | None = None
         self._held = contextlib.ExitStack()  # the job's uid, while the run lasts
+        self._warm_stages: list[Stage] = []  # forked from a warm worker, as its uid
 
     # ------------------------------------------------------------------ plumbing
 
@@ -138,8 +140,12 @@ class Pipeline:
             rw=rw,
             ro=self._reads(),
         )
+        if outcome.warm and stage not in self._warm_stages:
+            self._warm_stages.append(stage)
         secrets = self.opts.secrets
-        if not outcome.ok or not out_path.is_file():
+        # a document is read only as a regular file, not followed, bounded (``read_doc``): what
+        # else the candidate left there is its stage's error, never the runner's
+        if not outcome.ok or not os.path.lexists(out_path):
             if outcome.ok:
                 outcome = sandbox.Outcome("failed", 0, None, outcome.duration_s, outcome.log_tail)
             return redacted(failed_stage(stage, outcome), secrets)
@@ -367,4 +373,16 @@ class Pipeline:
                 continue
             self._emit(StageResult(name=stage, status=Status.skipped, reason=o.skip_reason))
         self.result.stages.sort(key=lambda s: STAGE_ORDER.index(s.name))
+        self._say_shared_uid()
         return self.result
+
+    def _say_shared_uid(self) -> None:
+        """A stage forked from a warm worker ran as the worker's uid, which serves every job of
+        its layer, not as the job's own: the report's ``sandbox`` says so."""
+        if not self._warm_stages or not jail.mechanism().uid_drop:
+            return
+        names = ",".join(str(s) for s in self._warm_stages)
+        said = f"{self.result.environment.sandbox}; uid shared: {names} ran in a warm worker"
+        self.result.environment = self.result.environment.model_copy(
+            update={"sandbox": said[: bounds.NAME_CHARS]}
+        )

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import allowlist, candidate, envs, jail, jobbox, layers, sandbox, uids
+from runner import allowlist, candidate, envs, jail, jobbox, layers, limits, sandbox, uids
 from runner.inside.zygote import unix_address
 
 log = logging.getLogger("fe_ci.zygote")
@@ -75,6 +75,7 @@ class Zygote:
     forks: int = 0  # stages it has run
     site_seen: tuple[str, int, int] | None = None  # the job environment linked in last
     release: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    watch: limits.Watch = field(default_factory=lambda: limits.Watch((), 0))  # the stage's room
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -113,6 +114,7 @@ class Zygote:
         (a file of the runner's). None if the zygote failed."""
         start = time.monotonic()
         room = self._room(params)
+        self.watch = limits.Watch((room, log_path), limits.wanted().job_dir_mb)
         env = {**env, "HOME": str(room / "home"), "TMPDIR": str(room / "home")}
         env["PYTHONPATH"] = str(self.src)  # the same code as the job's copy
         request = {
@@ -126,7 +128,7 @@ class Zygote:
         try:
             outcome = self._fork(request, log_path, start, timeout_s, cancel, grace_s)
             if outcome is not None:
-                _copy_out(room / "out" / "doc.json", out_path)
+                candidate.copy_doc(room / "out" / "doc.json", out_path)
             return outcome
         finally:
             shutil.rmtree(room, ignore_errors=True)
@@ -193,8 +195,11 @@ class Zygote:
         sig = -code if code < 0 else None
         if status is None:
             status = "ok" if code == 0 else ("crashed" if sig is not None else "failed")
-        duration = time.monotonic() - start
-        return sandbox.Outcome(status, code, sig, duration, sandbox.tail(log_path))
+        duration, tail = time.monotonic() - start, sandbox.tail(log_path)
+        hit = limits.Applied(limits.wanted(), hit=["jobdir"]).describe_hit()
+        return sandbox.Outcome(
+            status, code, sig, duration, tail, hit if status == "limit" else "", True
+        )
 
     def _wait(
         self,
@@ -205,7 +210,8 @@ class Zygote:
         cancel: threading.Event | None,
         grace_s: float,
     ) -> tuple[str | None, int | None]:
-        """(timeout/cancelled or None, the child's exit code or None when the zygote died)."""
+        """(timeout/cancelled/limit (the room past the job dir's cap) or None, the child's exit
+        code or None when the zygote died)."""
         stopped: str | None = None
         killed_at: float | None = None
         while True:
@@ -221,6 +227,8 @@ class Zygote:
                     stopped = "timeout"
                 elif cancel is not None and cancel.is_set():
                     stopped = "cancelled"
+                elif self.watch.over():
+                    stopped = "limit"
                 if stopped is not None:
                     _kill(stage, signal.SIGTERM)
                     killed_at = now
@@ -236,17 +244,6 @@ def _kill(pidfd: int, sig: int) -> None:
         signal.pidfd_send_signal(pidfd, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _copy_out(doc: Path, out_path: Path) -> None:
-    """The stage's document (a file the zygote's uid wrote) into ``out_path``, a file of the
-    runner's; nothing when there is none to read."""
-    out_path.unlink(missing_ok=True)
-    data = candidate.read_untrusted(doc)
-    if isinstance(data, bytes):
-        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(out, "wb") as dst:
-            dst.write(data)
 
 
 class Zygotes:
@@ -344,7 +341,8 @@ class Zygotes:
             "stage", home=home, path=[env.python.parent], pythonpath=src
         )
         cmd = [str(env.python), "-m", "runner.inside.zygote", "--socket", str(socket_path)]
-        cmd += ["--preload", ",".join(self.preload)]
+        cmd += ["--preload", ",".join(self.preload), "--tmp-bytes", str(limits.wanted().tmp_bytes)]
+        applied = release.enter_context(limits.applied(uid is not None))  # with its forks
         if not mech.namespaces:  # in namespaces its parent is the sandbox's init
             cmd += ["--parent", str(os.getpid())]
         launch = mech.wrap(cmd, child_env, box)
@@ -357,6 +355,7 @@ class Zygotes:
                 env=launch.env,
                 cwd=home,
                 start_new_session=True,
+                preexec_fn=applied.preexec(),
             )
         zygote = Zygote(key, root, proc, socket_path, env.python, src, uid, release=release)
         ready = self._ready(zygote)

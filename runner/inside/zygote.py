@@ -49,6 +49,7 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 1 << 18
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+TMP_BYTES = 0  # the size of each private tmpfs of a stage (``--tmp-bytes``; 0: the kernel's)
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -100,15 +101,18 @@ def _mounts_under(tops: tuple[str, ...]) -> list[str]:
     return [p for i, p in enumerate(found) if not any(p.startswith(q + "/") for q in found[:i])]
 
 
-def private_mounts(hidden: list[str]) -> None:
-    """A fresh /tmp, /var/tmp and /dev/shm (with what the sandbox showed in them shown again),
-    and each ``hidden`` folder emptied, in this mount namespace only."""
+def private_mounts(hidden: list[str], tmp_bytes: int = 0) -> None:
+    """A fresh /tmp, /var/tmp and /dev/shm (``tmp_bytes`` each, where given; with what the
+    sandbox showed in them shown again), and each ``hidden`` folder emptied, in this mount
+    namespace only."""
+    sized = b"mode=1777" + (b",size=%d" % tmp_bytes if tmp_bytes else b"")
     _call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     tops = tuple(t for t in PRIVATE_TMP if os.path.isdir(t))
     kept = [(p, os.open(p, os.O_PATH)) for p in _mounts_under(tops)]
     for where in [*tops, *hidden]:
         flags = MS_NOSUID | MS_NODEV
-        _call(libc.mount(b"tmpfs", where.encode(), b"tmpfs", flags, b"mode=1777"), where)
+        data = b"mode=1777" if where in hidden else sized
+        _call(libc.mount(b"tmpfs", where.encode(), b"tmpfs", flags, data), where)
         if where in hidden:
             continue
         for point, fd in kept:
@@ -199,7 +203,7 @@ def _in_namespaces(run: Any, hidden: list[str]) -> int:
         try:
             os.close(read)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            private_mounts(hidden)
+            private_mounts(hidden, TMP_BYTES)
             drop_capabilities()
             child = os.fork()
             if child == 0:
@@ -335,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--preload", default="torch")
     parser.add_argument("--parent", type=int, default=None, help="the runner's pid")
+    parser.add_argument("--tmp-bytes", type=int, default=0, help="each private tmpfs's size")
     args = parser.parse_args(argv)
+    global TMP_BYTES
+    TMP_BYTES = max(0, args.tmp_bytes)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # children are forked: the parent never starts CUDA
     serve(args.socket, [m for m in args.preload.split(",") if m], args.parent)
     return 0

@@ -133,7 +133,7 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
         build_stage = r["jobs"][0]["stages"][0]
         assert build_stage["name"] == "build" and build_stage["status"] == "pass", log[-3000:]
         # the commit's code ran in the candidate's sandbox, and its job says so
-        assert r["jobs"][0]["environment"]["sandbox"] == jail.mechanism().describe()
+        assert r["jobs"][0]["environment"]["sandbox"] == jail.isolation()
     assert predates["version"] == "1.27.0"
     assert "feature_predates_version" in kinds(predates)
     assert "version_feature_mismatch" not in kinds(predates)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import jail, sandbox, uids
+from runner import jail, limits, sandbox, uids
 from testkit.waiting import eventually
 from tests.helpers import alive, processes_with, wait_gone
 
@@ -103,6 +103,7 @@ def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     yield name
     monkeypatch.undo()
     jail.mechanism.cache_clear()
+    limits.wanted.cache_clear()
 
 
 @pytest.fixture
@@ -116,7 +117,11 @@ def job(tmp_path: Path) -> Iterator[tuple[Path, int | None]]:
 
 
 def _boxed(own: Path, uid: int | None, **kw: object) -> jail.Box:
-    return jail.Box(uid=uid, rw=(own,), ro=(own.parent, *jail.runner_paths()), cwd=own, **kw)  # type: ignore[arg-type]
+    """As a job's box is (``jobbox.JobBox.box``): the runner's home hidden, what it needs of it
+    (an interpreter installed there, as pyenv does) shown again."""
+    hidden = (*kw.pop("hidden", ()), *jail.private_paths())  # type: ignore[misc]
+    ro = (own.parent, *jail.runner_paths())
+    return jail.Box(uid=uid, rw=(own,), ro=ro, hidden=hidden, cwd=own, **kw)  # type: ignore[arg-type]
 
 
 def _run(own: Path, uid: int | None, code: str, **kw: object) -> sandbox.Outcome:
@@ -149,9 +154,13 @@ def test_a_setsid_child_dies_with_the_stage(
     out = _run(own, uid, code)
     assert out.ok and "left" in out.log_tail, out
     wait_gone(lambda: processes_with(token), f"a setsid child of the {mechanism} sandbox")
-    # the control: with its process group alone, the same child survives the stage
+    # the control: with its process group alone (and no cgroup, whose end takes it too), the
+    # same child survives the stage
     monkeypatch.setenv("FE_CI_SANDBOX", "none")
+    monkeypatch.setenv("FE_CI_SANDBOX_PIDS", "0")
+    monkeypatch.setenv("FE_CI_SANDBOX_MEMORY_MB", "0")
     jail.mechanism.cache_clear()
+    limits.wanted.cache_clear()
     out = _run(own, None, code)
     assert out.ok and processes_with(token)
     for pid in processes_with(token):
