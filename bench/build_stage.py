@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core import commits
-from runner import build, envs
+from runner import build
+from runner.envs import envs
 from testkit import frontend_repo as fr
 
 

@@ -13,7 +13,7 @@ run seconds, the control arm's drift, the luck probability, bit identity against
 and the cost of determinism, as far as the report carries them. Same wheel twice = cold, then warm;
 a re-labelled copy of it = a different wheel whose kernel sources did not change.
 
-Needs a CUDA GPU; the service and the runner run from this checkout (``python -m runner.cli``).
+Needs a CUDA GPU; the service and the runner run from this checkout (``python -m cli.main``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def gpu_family() -> str:
 
 def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *argv],
+        [sys.executable, "-m", "cli.main", *argv],
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
-"""What the sandbox's limits cost (``runner/limits.py``): a sandbox start and a probe, with the
-limits (a cgroup of the stage's own, sized tmpfs, the job directory's watcher, the sandbox's
-init as reporter) and without them (every limit set to 0), interleaved.
+"""What the sandbox's limits cost (``runner/isolation/limits.py``): a sandbox start and a probe,
+with the limits (a cgroup of the stage's own, sized tmpfs, the job directory's watcher, the
+sandbox's init as reporter) and without them (every limit set to 0), interleaved.
 
     .venv/bin/python bench/limits_cost.py [--starts 20] [--probes 5] [--json OUT]
 
@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.sandbox_cost import summary  # noqa: E402
 from core.wire import Stage, Status  # noqa: E402
-from runner import jail, limits, pipeline, pipeline_options, sandbox, uids, zygotes  # noqa: E402
+from runner.isolation import jail, limits, sandbox, uids, zygotes  # noqa: E402
+from runner.pipeline import pipeline, pipeline_options  # noqa: E402
 from testkit.registry import registry_wheel  # noqa: E402
 
 OFF = {k: "0" for k in ("FE_CI_SANDBOX_PIDS", "FE_CI_SANDBOX_MEMORY_MB",

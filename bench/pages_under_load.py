@@ -59,7 +59,7 @@ Samples = dict[str, list[float]]
 
 def start_service(data: Path, cpus: str, settings: list[str]) -> Service:
     pinned = ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
-    command = [*pinned, sys.executable, "-m", "runner.cli", "serve", "--port", "{port}"]
+    command = [*pinned, sys.executable, "-m", "cli.main", "serve", "--port", "{port}"]
     # every accepted upload stays queued (no runner): the queue caps would refuse past 100
     caps = {"FE_CI_MAX_QUEUED_PER_TOKEN": "1000000", "FE_CI_MAX_QUEUED_BUILDS": "1000000"}
     env = service_env(data, **{**caps, **dict(s.split("=", 1) for s in settings)})

@@ -4,8 +4,8 @@ whose every stage gets namespaces of its own, against a fresh interpreter.
     .venv/bin/python bench/sandbox_cost.py [--starts 20] [--probes 5] [--json OUT]
 
 1. start: ``python -I -S -c pass`` started plainly, and in each sandbox this host allows (``pgroup``
-   as the job's uid, ``unshare`` + ``runner/nsinit.py``, ``bwrap``), interleaved, wall time from
-   ``sandbox.run`` to its end.
+   as the job's uid, ``unshare`` + ``runner/isolation/nsinit.py``, ``bwrap``), interleaved, wall
+   time from ``sandbox.run`` to its end.
 2. probe: the probe of the registry's 1.32.0 on its dependency layer (installed once), in the
    host's strongest sandbox: a fresh interpreter, and a fork of the layer's zygote (its room: the
    candidate hard-linked in; its user, pid, mount, network, ipc and uts namespaces; its init),
@@ -28,16 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.wire import Stage, Status  # noqa: E402
-from runner import (  # noqa: E402
-    envs,
-    jail,
-    pipeline,
-    pipeline_options,
-    sandbox,
-    uids,
-    warm_install,
-    zygotes,
-)
+from runner.envs import envs, warm_install  # noqa: E402
+from runner.isolation import jail, sandbox, uids, zygotes  # noqa: E402
+from runner.pipeline import pipeline, pipeline_options  # noqa: E402
 from testkit.registry import registry_wheel  # noqa: E402
 
 

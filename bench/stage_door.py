@@ -9,8 +9,9 @@ bounds: 2,000 checks each with a 1 KiB detail and metrics full of escape sequenc
 8 MiB a stage post may be) and a 64 KiB log of them. ``PYTHONPATH=<an older tree>`` runs the door
 of that tree (its redaction when it has ``redact_result``).
 For each: the median time of ``StagePost.model_validate_json`` (the door) and of
-``service.logs.redact_result`` + ``redact`` of the log with no token present (the common case: one
-JSON dump searched) and with one present (every text walked and the result validated again).
+``service.results.logs.redact_result`` + ``redact`` of the log with no token present (the common
+case: one JSON dump searched) and with one present (every text walked and the result validated
+again).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("PYTHONPATH") or str(ROOT))
 
 from core.wire import LOG_MAX_CHARS, StagePost  # noqa: E402
-from service import logs  # noqa: E402
+from service.results import logs  # noqa: E402
 
 SECRETS = sorted(
     ["submit-token-for-bench", "runner-token-for-bench", "admin-token-for-bench", "x" * 32],

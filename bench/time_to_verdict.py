@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.verdict_timing.installs import bytecode, installers, side_by_side  # noqa: E402
 from bench.verdict_timing.service_path import queue_latency, through_service  # noqa: E402
 from bench.verdict_timing.throughput import throughput  # noqa: E402
-from runner import envs  # noqa: E402
+from runner.envs import envs  # noqa: E402
 from testkit.registry import registry_wheel  # noqa: E402
 
 RESULTS: dict[str, object] = {}

@@ -1,11 +1,11 @@
 """``fe-ci bisect GOOD BAD --repo PATH --stages probe``: the service's bisection, locally.
 
 Builds GOOD and BAD with the real builder (``runner.build``), runs the selected stages on each
-(``runner.pipeline``), asks ``core.transitions`` what turned red, then searches the commits of
-``git rev-list --ancestry-path GOOD..BAD`` with ``core.bisection``: the same rules and the same
-search as the service, without it. The steps' CPU stages fork warm parents (``runner/zygotes.py``)
-kept for the whole search, as a long-running runner's are: a step's probe imports its build, not
-torch and the DSL again.
+(``runner.pipeline.pipeline``), asks ``core.transitions`` what turned red, then searches the commits
+of ``git rev-list --ancestry-path GOOD..BAD`` with ``core.bisection``: the same rules and the same
+search as the service, without it. The steps' CPU stages fork warm parents
+(``runner/isolation/zygotes.py``) kept for the whole search, as a long-running runner's are: a
+step's probe imports its build, not torch and the DSL again.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from typing import Annotated
 
 import typer
 
+from cli.common import fail, parse_stages
 from core import commits, transitions
 from core.bisection import DEFAULT_MAX_BUILDS, Answer, Outcome, Search
 from core.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
-from runner import build, labels, localreport, pipeline, pipeline_options, zygotes
-from runner.cli_common import fail, parse_stages
+from runner import build
+from runner.agent import labels
 from runner.config import RunnerSettings
+from runner.isolation import zygotes
+from runner.pipeline import localreport, pipeline, pipeline_options
 
 
 class _Local:

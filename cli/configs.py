@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from cli.common import fail
 from core.subjects import SUBJECTS
-from runner.cli_common import fail
 
 
 def subject_configs(name: str) -> list[tuple[str, dict[str, Any]]]:

@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from runner import bisect_cli, configs_cli, pin_cli, service_cli, validate_cli
-from runner.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
+from cli import bisection, configs, pin, serve, validate
+from cli.common import EXIT_BAD_INPUT, EXIT_FAILED
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
 
@@ -39,13 +39,13 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"max_content_width": _WIDTH, "terminal_width": _WIDTH},
 )
-app.command()(service_cli.serve)
-app.command()(service_cli.runner)
-app.command()(service_cli.submit)
-app.command()(validate_cli.validate)
-app.command()(configs_cli.configs)
-app.command()(bisect_cli.bisect)
-app.command()(pin_cli.pin)
+app.command()(serve.serve)
+app.command()(serve.runner)
+app.command()(serve.submit)
+app.command()(validate.validate)
+app.command()(configs.configs)
+app.command()(bisection.bisect)
+app.command()(pin.pin)
 
 
 def version() -> str:

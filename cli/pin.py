@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from runner.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
 from runner.config import RunnerSettings
 
 

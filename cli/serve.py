@@ -15,18 +15,11 @@ from typing import Annotated
 import httpx
 import typer
 
+from cli import progress
+from cli.common import EXIT_FAILED, EXIT_REFUSED, LOG_LEVEL, WHEEL_ARG, fail, setup_logging
 from core import gate
 from core.verdict import EXIT_CODES
 from core.wire import BuildReport, JobState, Verdict
-from runner import progress
-from runner.cli_common import (
-    EXIT_FAILED,
-    EXIT_REFUSED,
-    LOG_LEVEL,
-    WHEEL_ARG,
-    fail,
-    setup_logging,
-)
 from runner.config import RunnerSettings
 
 
@@ -43,7 +36,7 @@ def serve(
 
     from service.app import create_app
     from service.config import Settings
-    from service.limits import uvicorn_options
+    from service.uploads.client_limits import uvicorn_options
 
     setup_logging(log_level)
     try:
@@ -95,7 +88,7 @@ def runner(
     registration token), FE_CI_RUNNER_NAME, FE_CI_RUNNER_LABELS (e.g. arch=sm_90,builder=1).
     The runner tells the service when it stops cleanly (--once, SIGTERM, Ctrl-C).
     """
-    from runner.agent import Agent, preflight
+    from runner.agent.agent import Agent, preflight
 
     setup_logging(log_level)
     problem = preflight()

@@ -11,14 +11,17 @@ from typing import Annotated
 
 import typer
 
+from cli import progress
+from cli.common import EXIT_FAILED, WHEEL_ARG, fail, parse_stages
+from cli.configs import unknown_config
 from core import gate, history, remembered
 from core.subjects import SUBJECTS
 from core.verdict import EXIT_CODES
 from core.wire import BuildReport, Capability, RememberedConfig, Stage, StageResult
-from runner import envs, labels, localreport, pipeline, pipeline_options, progress
-from runner.cli_common import EXIT_FAILED, WHEEL_ARG, fail, parse_stages
+from runner.agent import labels
 from runner.config import RunnerSettings
-from runner.configs_cli import unknown_config
+from runner.envs import envs
+from runner.pipeline import localreport, pipeline, pipeline_options
 
 
 def _parse_subjects(text: str | None) -> list[str] | None:

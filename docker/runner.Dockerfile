@@ -42,6 +42,7 @@ COPY pyproject.toml README.md ./
 RUN ./scripts/install /opt/fe-ci "" ""
 COPY core ./core
 COPY runner ./runner
+COPY cli ./cli
 RUN ./scripts/install /opt/fe-ci "" ""
 VOLUME /cache
 CMD ["fe-ci", "runner"]
@@ -71,6 +72,7 @@ COPY pyproject.toml README.md ./
 RUN ./scripts/install /opt/fe-ci "" ""
 COPY core ./core
 COPY runner ./runner
+COPY cli ./cli
 RUN ./scripts/install /opt/fe-ci "" ""
 VOLUME /cache
 CMD ["fe-ci", "runner"]

@@ -13,6 +13,7 @@ RUN ./scripts/install /opt/fe-ci service,postgres ""
 COPY service ./service
 COPY core ./core
 COPY runner ./runner
+COPY cli ./cli
 RUN ./scripts/install /opt/fe-ci service,postgres "" \
  && /opt/fe-ci/bin/python -m pip uninstall -q -y uv setuptools pip
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from core.bounds import clip
 from core.commits import BuildFailure, ensure_commit, export_tree
 from core.wire import Stage, StageResult, Status
-from runner import envs, jobbox, redact, sandbox, uids
 from runner.config import RunnerSettings
-from runner.jobbox import JobBox
-from runner.stage_results import redacted
+from runner.envs import envs
+from runner.isolation import jobbox, redact, sandbox, uids
+from runner.isolation.jobbox import JobBox
+from runner.pipeline.stage_results import redacted
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import bisection, harness, history
-from runner import redact, uids
+from runner.isolation import redact, uids
 
 
 def _labels(value: object) -> object:
@@ -43,19 +43,19 @@ class RunnerSettings(BaseSettings):
     wheelhouse: Path | None = None
     index_url: str | None = None
     cache_dir: Path = Path.home() / ".cache" / "fe-ci"
-    # the dependency layers (runner/layers.py); default ``cache_dir/layers``. Runners of one host
-    # with cache dirs of their own may point here at one place and build each layer once.
+    # the dependency layers (runner/envs/layers.py); default ``cache_dir/layers``. Runners of one
+    # host with cache dirs of their own may point here at one place and build each layer once.
     layers_dir: Path | None = None
-    # the compile cache that survives builds (runner/compile_cache.py); default
+    # the compile cache that survives builds (runner/cache/compile_cache.py); default
     # ``cache_dir/compile-cache``. Runners of one host may share one: an entry is published once,
     # by a link that never replaces another runner's.
     compile_cache_dir: Path | None = None
     data_dir: Path = Path("./data")
     stage_timeout_s: float = Field(default=1800.0, gt=0)
-    # how candidate code is isolated (``runner/jail.py``): ``auto`` takes the first this host
-    # allows; ``none`` is a process group without a uid of its own
+    # how candidate code is isolated (``runner/isolation/jail.py``): ``auto`` takes the first this
+    # host allows; ``none`` is a process group without a uid of its own
     sandbox: Literal["auto", "bwrap", "unshare", "pgroup", "none"] = "auto"
-    # who installs candidates (``runner/envs.py``): ``auto`` and ``uv`` take uv where present
+    # who installs candidates (``runner/envs/envs.py``): ``auto`` and ``uv`` take uv where present
     installer: Literal["auto", "uv", "pip"] = "auto"
     install_timeout_s: float = Field(default=1800.0, gt=0)
     repeats: int = Field(default=harness.REPEATS, ge=2)
@@ -74,12 +74,12 @@ class RunnerSettings(BaseSettings):
     # keep warm parents (torch and the dependency layer imported) for the CPU stages
     warm_workers: bool = True
     # the uids candidates run as (one per job, one per warm parent), where the runner is root;
-    # runners sharing a host share the range through host-wide locks (``runner/uids.py``)
+    # runners sharing a host share the range through host-wide locks (``runner/isolation/uids.py``)
     sandbox_uid_base: int = Field(default=200_000, ge=1000, lt=2**31)
     sandbox_uid_span: int = Field(default=10_000, ge=16, le=1_000_000)
-    # every sandbox's limits (``runner/limits.py``; 0 turns one off): processes (threads count),
-    # memory (a cgroup's; never RLIMIT_AS, which CUDA's address-space reservations exceed), the
-    # size of each private tmpfs (/tmp, /var/tmp, /dev/shm), what a stage writes in its job dir
+    # every sandbox's limits (``runner/isolation/limits.py``; 0 turns one off): processes (threads
+    # count), memory (a cgroup's; never RLIMIT_AS, which CUDA's address-space reservations exceed),
+    # the size of each private tmpfs (/tmp, /var/tmp, /dev/shm), what a stage writes in its job dir
     sandbox_pids: int = Field(default=4096, ge=0)
     sandbox_memory_mb: int = Field(default=32768, ge=0)
     sandbox_tmp_mb: int = Field(default=2048, ge=0)
@@ -107,7 +107,7 @@ class RunnerSettings(BaseSettings):
         return (*dirs, *(d for d in apart if not d.is_relative_to(dirs[1])))
 
     def secrets(self) -> tuple[str, ...]:
-        """Every secret value this runner holds (``runner/redact.py``)."""
+        """Every secret value this runner holds (``runner/isolation/redact.py``)."""
         saved = redact.tokens_file_values(self.data_dir / "tokens.env")
         return redact.runner_secrets(extra=[self.runner_token, self.submit_token, *saved])
 

@@ -16,25 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service import (
-    bisection_runs,
-    blobsweep,
-    body_limits,
-    db,
-    doors,
-    github,
-    headers,
-    limits,
-    notifications,
-    notify,
-    openapi,
-    queue,
-    uploads,
-)
+from service import body_limits, db, doors, headers, openapi
 from service.api import bisections, builds, jobs, pins, runners, validate, webhooks
 from service.config import Settings, private_dir
 from service.deps import SessionDep, open_session, session_maker
 from service.errors import ApiError
+from service.jobs import bisection_runs, queue, wake
+from service.outbound import github, notifications
+from service.uploads import blobsweep, client_limits, uploads
 from service.web import apidocs, views
 
 log = logging.getLogger("fe_ci.service")
@@ -84,7 +73,7 @@ async def _sweeper(app: FastAPI) -> None:
         try:
             changed = await asyncio.to_thread(_sweep_once, app)
             if changed:
-                notify.queue_changed(app)
+                wake.queue_changed(app)
             app.state.bisect.kick()  # also picks up what a restart interrupted
             app.state.notifier.kick()  # notifications due again, or left by a restart
         except Exception:
@@ -142,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     doors.install(app)  # innermost: a token is checked from the headers before the route runs
     body_limits.install(app)  # so the body deadline wraps what it reads
-    limits.install(app, settings)
+    client_limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
@@ -150,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.notifier = notifications.Notifier(settings, sessions)
     app.state.notifier.install()
     app.state.bisect = bisection_runs.Driver(
-        settings, sessions, on_queued=lambda: notify.queue_changed(app)
+        settings, sessions, on_queued=lambda: wake.queue_changed(app)
     )
     app.state.bisect.install()
     install_error_handlers(app)

@@ -68,8 +68,8 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0)  # connect to the end of the request head
     body_timeout_s: float = Field(default=30.0, gt=0)  # between two chunks of a request body
     # A request body of N bytes must be complete within BODY_DEADLINE_S + N / BODY_MIN_RATE_KB
-    # and keep that pace as it arrives (service/limits.py): the 1.32.0 wheel (11.6 MB) gets
-    # 30 s + 177 s, a push payload of 8 KB 30 s; a client at 1 byte/s is cut after 30 s.
+    # and keep that pace as it arrives (service/uploads/client_limits.py): the 1.32.0 wheel (11.6
+    # MB) gets 30 s + 177 s, a push payload of 8 KB 30 s; a client at 1 byte/s is cut after 30 s.
     body_deadline_s: float = Field(default=30.0, gt=0)
     body_min_rate_kb: float = Field(default=64.0, gt=0)  # KiB/s
     max_uploads: int = Field(default=32, ge=1)  # wheel bodies streaming at once
@@ -82,8 +82,8 @@ class Settings(BaseSettings):
     # (service/web/live_hub.py); past either, 503 with Retry-After.
     max_streams: int = Field(default=100, ge=1)
     max_streams_per_client: int = Field(default=10, ge=1)
-    # Builds with a job still to run or running (service/quotas.py): those the submit token queued
-    # (submissions and reruns), and all of the service's; past either, 429 with Retry-After.
+    # Builds with a job still to run or running (service/jobs/quotas.py): those the submit token
+    # queued (submissions and reruns), and all of the service's; past either, 429 with Retry-After.
     max_queued_per_token: int = Field(default=100, ge=1)
     max_queued_builds: int = Field(default=500, ge=1)
     # A blob no build references is removed once this old: an upload commits its build

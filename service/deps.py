@@ -14,8 +14,8 @@ from starlette.applications import Starlette
 
 from service.config import Settings
 from service.errors import Forbidden, Unauthorized
+from service.jobs.queue import hash_token
 from service.models import Runner, utcnow
-from service.queue import hash_token
 
 
 def get_settings(request: Request) -> Settings:

@@ -31,8 +31,8 @@ from typing import Any
 
 # What fe-ci's service, runner and CLI import before their first line of work.
 PRELOAD = (
-    "runner.cli",
-    "runner.agent",
+    "cli.main",
+    "runner.agent.agent",
     "service.app",
     "sqlalchemy.dialects.sqlite",
     "uvicorn",

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from runner import envs, jobbox
+from runner.envs import envs
+from runner.isolation import jobbox
 from testkit.wheels import record_line
 
 CACHE = Path(os.environ.get("FE_CI_TEST_CACHE", Path.home() / ".cache" / "fe-ci-tests"))

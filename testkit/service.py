@@ -32,10 +32,10 @@ def free_port() -> int:
 
 
 # What every runner of one test session shares, as runners of one host may: the dependency layers
-# (runner/layers.py) and the compile cache (runner/compile_cache.py). The session sets them
-# (tests/conftest.py) for all its workers, so a layer is built, and a candidate's sm_100a kernels
-# compiled, once per session instead of once per runner cache. Unset (the benchmarks), each runner
-# keeps its own. Tests about the compile cache itself give theirs.
+# (runner/envs/layers.py) and the compile cache (runner/cache/compile_cache.py). The session sets
+# them (tests/conftest.py) for all its workers, so a layer is built, and a candidate's sm_100a
+# kernels compiled, once per session instead of once per runner cache. Unset (the benchmarks), each
+# runner keeps its own. Tests about the compile cache itself give theirs.
 SESSION_LAYERS = "FE_CI_TEST_LAYERS_DIR"
 SESSION_KERNELS = "FE_CI_TEST_COMPILE_CACHE_DIR"
 _SHARED = {SESSION_LAYERS: "FE_CI_LAYERS_DIR", SESSION_KERNELS: "FE_CI_COMPILE_CACHE_DIR"}
@@ -94,7 +94,7 @@ class Service:
 
     def _argv(self) -> list[str]:
         if self.command is None:
-            return [sys.executable, "-m", "runner.cli", "serve", "--port", str(self.port)]
+            return [sys.executable, "-m", "cli.main", "serve", "--port", str(self.port)]
         return [arg.format(port=self.port) for arg in self.command]
 
     def start(self, timeout_s: float = 60) -> Service:
@@ -165,7 +165,7 @@ class Service:
         return env
 
     def start_runner(
-        self, log: Path, *args: str, module: tuple[str, ...] = ("runner.cli",), **env: str
+        self, log: Path, *args: str, module: tuple[str, ...] = ("cli.main",), **env: str
     ) -> processes.Process:
         """``python -m <module> runner <args>`` against this service, stderr appended to ``log``."""
         with open(log, "ab") as err:

@@ -58,7 +58,7 @@ def run_once(svc: Service, times: int) -> None:
     """A builder runner that takes one job and exits, ``times`` over: the queue moves in steps."""
     for _ in range(times):
         proc = processes.run(
-            [sys.executable, "-m", "runner.cli", "runner", "--once"],
+            [sys.executable, "-m", "cli.main", "runner", "--once"],
             env=runner_env(svc),
             cwd=ROOT,
             text=True,

@@ -195,7 +195,7 @@ def builder_runner(tmp_path: Path) -> Iterator[Any]:
         with open(tmp_path / "runner.log", "ab") as log:
             procs.append(
                 processes.popen(
-                    [sys.executable, "-m", "runner.cli", "runner"],
+                    [sys.executable, "-m", "cli.main", "runner"],
                     env=runner_env(svc),
                     cwd=ROOT,
                     stdout=subprocess.DEVNULL,

@@ -30,8 +30,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from service import uploads, wheelcheck
 from service.errors import ApiError
+from service.uploads import uploads, wheelcheck
 from testkit import loopback, processes, wheels
 from testkit.registry import registry_wheel
 from testkit.service import REGISTER, WEBHOOK, Service, service_env

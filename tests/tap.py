@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli import main
 from core.wire import JobLease
-from runner import cli
-from runner.client import Client
+from runner.agent.client import Client
 
 
 def _tap(path: Path) -> None:
@@ -37,4 +37,4 @@ def read_tap(path: Path) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     _tap(Path(sys.argv.pop(1)))
-    cli.main()
+    main.main()

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 from core.wire import Stage
-from runner import envs, jobbox, layers, pipeline, pipeline_options, warm_install, zygotes
+from runner.envs import envs, layers, warm_install
+from runner.isolation import jobbox, zygotes
+from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import candidate_env
 
 

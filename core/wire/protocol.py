@@ -32,7 +32,7 @@ class RunnerRegistered(WireModel):
 
 
 class RunnerResume(WireModel):
-    """A runner restarted on its host, back under the token it kept (``runner/state.py``)."""
+    """A runner restarted on its host, back under the token it kept (``runner/agent/state.py``)."""
 
     labels: bounds.Labels = Field(default_factory=dict)
     # Jobs whose finished results the runner kept and will send: their leases stay; every other

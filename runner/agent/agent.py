@@ -1,11 +1,11 @@
 """The agent loop: start (resume or register), claim (long poll), run, heartbeat, report, repeat.
 
 The runner rides out a service that is away: every call to it is retried with jittered
-exponential back-off (``runner/retry.py``), and only 401/403 stop it (exit 3, saying why). A
+exponential back-off (``runner/agent/retry.py``), and only 401/403 stop it (exit 3, saying why). A
 finished job's result is kept on disk before it is sent and sent when the service is back, by this
-process or the next one (``runner/state.py``), which also keeps the runner's issued token so that
-a restart resumes the runner instead of registering it anew. A SIGTERM ends an idle runner's long
-poll at once: the claim waits in a thread of its own, and the service, told the runner is going
+process or the next one (``runner/agent/state.py``), which also keeps the runner's issued token so
+that a restart resumes the runner instead of registering it anew. A SIGTERM ends an idle runner's
+long poll at once: the claim waits in a thread of its own, and the service, told the runner is going
 offline, gives that claim no job. Running one job is ``job_runner.py``; what a job tells the
 service while it runs (stage results, heartbeats) is ``poster.py``; the stages are
 ``pipeline.py``, and the build of a commit is ``build.py``.
@@ -28,13 +28,15 @@ from typing import TypeVar
 import httpx
 
 from core.wire import JobLease, RunnerRegistered
-from runner import envs, retry, zygotes
-from runner import labels as host_labels
-from runner.client import Client, ServiceError
+from runner.agent import labels as host_labels
+from runner.agent import retry
+from runner.agent.client import Client, ServiceError
+from runner.agent.job_runner import JobRunner
+from runner.agent.poster import LeaseLost, post_stages
+from runner.agent.state import Identity, KeptResult, State
 from runner.config import RunnerSettings
-from runner.job_runner import JobRunner
-from runner.poster import LeaseLost, post_stages
-from runner.state import Identity, KeptResult, State
+from runner.envs import envs
+from runner.isolation import zygotes
 
 log = logging.getLogger("fe_ci.agent")
 

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.wire import JobLease, Stage
-from runner import pipeline, pipeline_options, retry, sandbox
-from runner.client import Client, ServiceError
+from runner.agent import retry
+from runner.agent.client import Client, ServiceError
+from runner.agent.poster import LeaseLost, Poster
+from runner.agent.state import KeptResult
 from runner.config import RunnerSettings
-from runner.poster import LeaseLost, Poster
-from runner.state import KeptResult
-from runner.zygotes import Zygotes
+from runner.isolation import sandbox
+from runner.isolation.zygotes import Zygotes
+from runner.pipeline import pipeline, pipeline_options
 
 log = logging.getLogger("fe_ci.agent")
 

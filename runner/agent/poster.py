@@ -1,10 +1,10 @@
 """One job's line to the service while it runs: its stage results posted as they finish, its lease
 kept alive by heartbeats, the wheel fetched and a build's wheel uploaded, each through network
-trouble while the lease may still hold (``runner/retry.py``).
+trouble while the lease may still hold (``runner/agent/retry.py``).
 
 A stage result that cannot be posted now (the service is away) is not lost: it waits, in order,
 for the next stage's end, and at the job's end it goes into the result the agent keeps on disk
-and sends when the service is back (``runner/state.py``). A lease that is lost (409: expired,
+and sends when the service is back (``runner/agent/state.py``). A lease that is lost (409: expired,
 re-leased or cancelled; or the service unreachable past the lease) stops the running stage and
 every later post of the attempt: a result posted then would belong to a job the service may have
 handed to another runner.
@@ -22,10 +22,10 @@ from typing import TypeVar
 import httpx
 
 from core.wire import JobLease, Stage, StageResult
-from runner import retry
-from runner.client import Client, ServiceError
-from runner.pipeline import Pipeline
-from runner.stage_results import stage_log
+from runner.agent import retry
+from runner.agent.client import Client, ServiceError
+from runner.pipeline.pipeline import Pipeline
+from runner.pipeline.stage_results import stage_log
 
 log = logging.getLogger("fe_ci.agent")
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 import httpx
 import tenacity
 
-from runner.client import ServiceError
+from runner.agent.client import ServiceError
 
 log = logging.getLogger("fe_ci.agent")
 

@@ -2,7 +2,7 @@
 
 The runner, outside the sandbox, hashes the candidate's installed files (``CacheKey``, the whole
 candidate) and, apart, what its kernels are compiled from (``SourceKey``: the kernel sources, the
-DSL, the arch, the options), as ``runner/compile_keys.py`` does; a candidate never names its
+DSL, the arch, the options), as ``runner/cache/compile_keys.py`` does; a candidate never names its
 cache. Every build reads and publishes under its whole-candidate key; only a build the service
 calls trusted (a commit of the configured repository built by fe-ci's own builder) publishes
 under the source key, which every build may read: a develop commit that leaves the kernels alone
@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.compile_keys import compute_keys
+from runner.cache.compile_keys import compute_keys
 
 log = logging.getLogger("fe_ci.compile_cache")
 

@@ -10,8 +10,8 @@ only as an exact string literal assignment on a line of its own (``__version__ =
 re-labelled wheel keeps its kernels, while a line that does anything more (``__version__ =
 "1.32.0"; exec(...)``) is hashed as it is. Byte code (``__pycache__``, ``.pyc``) counts like any
 file: a candidate is installed without byte-compiling, so a ``.pyc`` it ships is what runs. What a
-candidate can make the runner read here is bounded (hostile input). ``runner/compile_cache.py``
-keeps the entries under these keys.
+candidate can make the runner read here is bounded (hostile input).
+``runner/cache/compile_cache.py`` keeps the entries under these keys.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ log = logging.getLogger("fe_ci.compile_cache")
 
 CANDIDATE_DIST = "nvidia-cudnn-frontend"
 DSL_DISTS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")
-SUBJECTS_SRC = Path(__file__).parent / "inside" / "subjects"  # dtypes and configs of the kernels
+SUBJECTS_SRC = (
+    Path(__file__).parents[1] / "inside" / "subjects"
+)  # dtypes and configs of the kernels
 # Bounds on what a candidate can make the runner read (hostile input).
 MAX_SOURCE_FILES = 20_000
 MAX_SOURCE_BYTES = 2 << 30

@@ -10,7 +10,7 @@ installed from a wheel (``--only-binary :all:``: nothing is built from a candida
 list), a direct-URL or VCS requirement in the candidate's metadata is refused before any
 installer runs (``refused_requirements``), and the installer's sandbox has no network at all when
 the packages come from a wheelhouse alone. The warm path, which installs the candidate alone on
-a shared dependency layer, is ``runner/warm_install.py``.
+a shared dependency layer, is ``runner/envs/warm_install.py``.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from runner import layers, sandbox
 from runner.config import RunnerSettings
+from runner.envs import layers
+from runner.isolation import sandbox
 
 if TYPE_CHECKING:
-    from runner.jobbox import JobBox
+    from runner.isolation.jobbox import JobBox
 
 CUTEDSL_EXTRA = "cutedsl"
 HOST_TORCH_PTH = "_fe_ci_host_torch.pth"

@@ -32,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from runner import allowlist, jail, sandbox
+from runner.isolation import allowlist, jail, sandbox
 
 FRONTEND = "nvidia-cudnn-frontend"
 LAYER_FORMAT = 2  # 2: layers hold bytecode

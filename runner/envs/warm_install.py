@@ -1,7 +1,7 @@
 """The warm path: the candidate's dependencies from a shared, read-only dependency layer.
 
-A layer (``runner.layers``) is keyed by the resolved dependency set and built once; the job's venv
-installs the candidate wheel alone (``install_warm``). uv's ``pip install`` does not see system
+A layer (``runner.envs.layers``) is keyed by the resolved dependency set and built once; the job's
+venv installs the candidate wheel alone (``install_warm``). uv's ``pip install`` does not see system
 site packages, so torch is taken out of its resolution by an override and the host's torch is
 checked against every requirement afterwards instead.
 """
@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import envs, jobbox, layers, sandbox
-from runner.jobbox import JobBox
+from runner.envs import envs, layers
+from runner.isolation import jobbox, sandbox
+from runner.isolation.jobbox import JobBox
 
 
 def ensure_layer(

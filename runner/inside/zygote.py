@@ -1,9 +1,9 @@
 """A warm parent for the CPU stages: imports torch and the dependency layer's heavy modules once,
 then forks one child per stage instead of starting a new interpreter each time.
 
-Runs in the candidate's sandbox (``runner/jail.py``: its own namespaces, a uid of its own) in an
-environment that has the dependency layer and the host's torch but **no candidate**: nothing of
-any build is ever imported here, so a child starts from dependencies alone and imports its own
+Runs in the candidate's sandbox (``runner/isolation/jail.py``: its own namespaces, a uid of its own)
+in an environment that has the dependency layer and the host's torch but **no candidate**: nothing
+of any build is ever imported here, so a child starts from dependencies alone and imports its own
 build. The parent never touches a GPU (``CUDA_VISIBLE_DEVICES`` is empty before torch is
 imported), so forking is safe. It is not dumpable, so a child (same user) cannot attach to it or
 read its memory, and it dies with the runner that started it (``PR_SET_PDEATHSIG``, through the

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.subjects import EXTRA_SUBJECTS_ENV
-from runner.redact import is_secret_name
+from runner.isolation.redact import is_secret_name
 
 Kind = Literal["stage", "install", "build"]
 

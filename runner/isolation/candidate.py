@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.wire import Stage
-from runner import allowlist, envs, sandbox
+from runner.envs import envs
 from runner.inside import documents
-from runner.jobbox import JobBox
+from runner.isolation import allowlist, sandbox
+from runner.isolation.jobbox import JobBox
 
 if TYPE_CHECKING:
-    from runner.zygotes import Zygote
+    from runner.isolation.zygotes import Zygote
 
-INSIDE_SRC = Path(__file__).parent / "inside"
+INSIDE_SRC = Path(__file__).parents[1] / "inside"
 CORE_SRC = Path(subjects.__file__).parent
 # What a candidate stage imports of core: standard library only
 # (tests/functional/test_imports.py holds it).

@@ -10,8 +10,8 @@ Three ways, the first this host allows (``FE_CI_SANDBOX``: ``auto``, ``bwrap``, 
   hidden, and only the job's own directories writable. A runner that is root starts bwrap as the
   job's uid (``setpriv``), so the candidate's files are that uid's on the host.
 - ``unshare`` (util-linux, root only, where bwrap is missing or cannot start): new pid, mount,
-  network, ipc and uts namespaces, ``runner/nsinit.py`` as their init (root makes the same mounts,
-  then drops to the job's uid and starts the command).
+  network, ipc and uts namespaces, ``runner/isolation/nsinit.py`` as their init (root makes the same
+  mounts, then drops to the job's uid and starts the command).
 - ``pgroup``: its own process group only, as the job's uid where the runner is root.
 
 In the first two a process the candidate starts, ``setsid`` or not, dies with the stage: the pid
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from runner import limits
 from runner.config import RunnerSettings
+from runner.isolation import limits
 
 log = logging.getLogger("fe_ci.sandbox")
 

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import allowlist, envs, jail, uids
+from runner.envs import envs
+from runner.isolation import allowlist, jail, uids
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import jail, limits
+from runner.isolation import jail, limits
 
 log = logging.getLogger("fe_ci.sandbox")
 

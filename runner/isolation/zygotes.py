@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import allowlist, candidate, envs, jail, jobbox, layers, limits, sandbox, uids
+from runner.envs import envs, layers
 from runner.inside.zygote import unix_address
+from runner.isolation import allowlist, candidate, jail, jobbox, limits, sandbox, uids
 
 log = logging.getLogger("fe_ci.zygote")
 

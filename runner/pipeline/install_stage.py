@@ -1,10 +1,10 @@
 """The ``install`` stage: the candidate's wheel into a fresh environment of its own.
 
-The warm path first (``runner/warm_install.py``: the candidate alone, ``--no-deps``, on a shared
-dependency layer), where the options name a layers dir; a plain ``pip install`` of the wheel and
-its dependencies when the warm path cannot serve, saying why. A failed install says what pip said.
-A candidate whose metadata names a direct-URL or VCS requirement is refused before any installer
-runs: the stage ends ``error``, naming the requirement (``envs.refused_requirements``).
+The warm path first (``runner/envs/warm_install.py``: the candidate alone, ``--no-deps``, on a
+shared dependency layer), where the options name a layers dir; a plain ``pip install`` of the wheel
+and its dependencies when the warm path cannot serve, saying why. A failed install says what pip
+said. A candidate whose metadata names a direct-URL or VCS requirement is refused before any
+installer runs: the stage ends ``error``, naming the requirement (``envs.refused_requirements``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.wire import Stage, StageResult, Status
-from runner import envs, layers, warm_install
-from runner.jobbox import JobBox
-from runner.pipeline_options import Options
-from runner.stage_results import failed_stage
+from runner.envs import envs, layers, warm_install
+from runner.isolation.jobbox import JobBox
+from runner.pipeline.pipeline_options import Options
+from runner.pipeline.stage_results import failed_stage
 
 log = logging.getLogger("fe_ci.pipeline")
 

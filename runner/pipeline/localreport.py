@@ -1,6 +1,6 @@
 """What ``fe-ci validate`` writes and prints: the local build report, and its text, cause first
 (the verdict, the gate, every cause with its repro line, what did not run), details after.
-Progress while it runs is ``runner/progress.py``."""
+Progress while it runs is ``cli/progress.py``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from core.wire import (
     Status,
     Verdict,
 )
-from runner import stage_results
+from runner.pipeline import stage_results
 
 
 def local_report(

@@ -31,25 +31,15 @@ from core.wire import (
     StageResult,
     Status,
 )
-from runner import (
-    candidate,
-    compile_cache,
-    compile_keys,
-    envs,
-    install_stage,
-    jail,
-    jobbox,
-    layers,
-    ledger,
-    redact,
-    sandbox,
-    uids,
-)
-from runner.pipeline_options import Options
-from runner.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
+from runner.cache import compile_cache, compile_keys
+from runner.envs import envs, layers
+from runner.isolation import candidate, jail, jobbox, redact, sandbox, uids
+from runner.pipeline import install_stage, ledger
+from runner.pipeline.pipeline_options import Options
+from runner.pipeline.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
 
 if TYPE_CHECKING:
-    from runner.zygotes import Zygote
+    from runner.isolation.zygotes import Zygote
 
 log = logging.getLogger("fe_ci.pipeline")
 SUBJECTS_LEFT_OUT = "excluded by --subjects"

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from core import harness
 from core.wire import Capability, ComparisonPoint, RememberedConfig, Stage
-from runner import redact, uids
 from runner.config import RunnerSettings
+from runner.isolation import redact, uids
 
 if TYPE_CHECKING:
-    from runner.zygotes import Zygotes
+    from runner.isolation.zygotes import Zygotes
 
 
 @dataclass
@@ -42,13 +42,15 @@ class Options:
     # each subject's comparison point (a lease's pins, or --previous's points)
     comparison: list[ComparisonPoint] = field(default_factory=list)
     # the service says the build is a commit of its repository built by its builder: compiled
-    # kernels are then also published under the key of their sources (runner/compile_cache.py)
+    # kernels are then also published under the key of their sources (runner/cache/compile_cache.py)
     trusted_source: bool = False
     previous: dict[str, Capability] | None = None
     # the previous report's determinism surface (--previous): knobs removed, changed, added
     previous_surface: list[dict[str, Any]] | None = None
-    compile_cache_dir: Path | None = None  # persistent across builds (runner/compile_cache.py)
-    layers_dir: Path | None = None  # dependency layers (runner/layers.py); None: plain install
+    compile_cache_dir: Path | None = (
+        None  # persistent across builds (runner/cache/compile_cache.py)
+    )
+    layers_dir: Path | None = None  # dependency layers (runner/envs/layers.py); None: plain install
     # warm parents for the CPU stages of warm-path builds (a long-running runner keeps them)
     zygotes: Zygotes | None = None
     skip_reason: str = "excluded by --stages"

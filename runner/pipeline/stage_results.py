@@ -21,7 +21,7 @@ from core.wire import (
     StageResult,
     Status,
 )
-from runner import redact, sandbox
+from runner.isolation import redact, sandbox
 
 
 @dataclass

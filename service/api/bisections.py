@@ -11,9 +11,9 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.transitions import Question
-from service import bisection_runs, notify
 from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
 from service.errors import Conflict, NotFound
+from service.jobs import bisection_runs, wake
 from service.models import Bisection, BisectionStep, Build
 from service.openapi import errors
 
@@ -174,5 +174,5 @@ def cancel_bisection(
         session.refresh(found)
         bisection_runs.cancel(session, found)
         session.commit()
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return bisection_public(session, found)

@@ -1,5 +1,5 @@
 """Builds: the list (newest first, paged by cursor), one build's report, its logs and wheel,
-cancellation and reruns (``service/reruns.py`` says why a rerun is a new build)."""
+cancellation and reruns (``service/jobs/reruns.py`` says why a rerun is a new build)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ from fastapi.responses import FileResponse, PlainTextResponse
 from sqlalchemy.orm import selectinload
 
 from core.wire import BuildAccepted, BuildReport, BuildsPage, Stage
-from service import logs, notify, queue, quotas, reruns, stored_reports, uploads
-from service.assemble import build_report, summary
-from service.build_list import filtered_builds
 from service.deps import (
     MAX_ID,
     CursorQuery,
@@ -25,8 +22,13 @@ from service.deps import (
     open_session,
 )
 from service.errors import Conflict, NotFound
+from service.jobs import queue, quotas, reruns, wake
 from service.models import Build, Job
 from service.openapi import errors
+from service.results import logs, stored_reports
+from service.results.assemble import build_report, summary
+from service.results.build_list import filtered_builds
+from service.uploads import uploads
 
 log = logging.getLogger("fe_ci.builds")
 router = APIRouter(prefix="/api/builds", tags=["builds"])
@@ -105,7 +107,7 @@ def cancel_build(
         raise Conflict(f"build {build_id} already finished")
     queue.cancel_build(session, build)
     session.commit()
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return stored_reports.current(session, build)
 
 
@@ -128,7 +130,7 @@ def rerun_build(
         new = reruns.rerun_build(session, settings, build)
         session.commit()
     log.info("event=build_rerun build=%s of=%s", new.id, build_id)
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
 
 
@@ -156,7 +158,7 @@ def rerun_job(
         new = reruns.rerun_job(session, settings, build, job)
         session.commit()
     log.info("event=job_rerun build=%s of=%s job=%s", new.id, build_id, job_id)
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
 
 

@@ -30,20 +30,6 @@ from core.wire import (
     Stage,
     StagePost,
 )
-from service import (
-    determinism_records,
-    events,
-    feature_regression,
-    limits,
-    logs,
-    notify,
-    pins,
-    queue,
-    remembered_configs,
-    trust,
-    uploads,
-)
-from service.assemble import store_stage
 from service.deps import (
     IdPath,
     RunnerDep,
@@ -54,8 +40,20 @@ from service.deps import (
     session_maker,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
+from service.jobs import queue, wake
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
+from service.results import (
+    determinism_records,
+    events,
+    feature_regression,
+    logs,
+    pins,
+    remembered_configs,
+    trust,
+)
+from service.results.assemble import store_stage
+from service.uploads import client_limits, uploads
 
 # Tagged with the runner routes: the protocol is one group in the API's documentation.
 router = APIRouter(prefix="/api", tags=["runners"])
@@ -123,7 +121,7 @@ async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> 
     while True:
         if await request.is_disconnected():
             return Response(status_code=204)  # nobody is left to take the answer
-        event = notify.current_event(request.app)
+        event = wake.current_event(request.app)
         lease = await run_in_threadpool(_claim_once, request, runner.id, since)
         if lease == "gone":
             return Response(status_code=204)
@@ -131,7 +129,7 @@ async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> 
             if await request.is_disconnected():  # it left as the job was taken: hand it back
                 sessions = session_maker(request.app)
                 await run_in_threadpool(queue.hand_back, sessions, lease.job_id, lease.lease_token)
-                notify.queue_changed(request.app)
+                wake.queue_changed(request.app)
                 return Response(status_code=204)
             return lease
         remaining = deadline - time.monotonic()
@@ -249,7 +247,7 @@ def finish_job(
         remembered_configs.remember(session, job)
     events.job_changed(session, job.build_id)
     session.commit()
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return {"state": job.state}
 
 
@@ -281,7 +279,7 @@ async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -
     python_tag = request.headers.get("x-python-tag", "")
     await run_in_threadpool(_check_build_lease, request, runner.id, job_id, token)
     settings = request.app.state.settings
-    with limits.upload_slot(request):
+    with client_limits.upload_slot(request):
         stored = await uploads.receive_wheel(
             request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
         )

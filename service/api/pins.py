@@ -17,10 +17,10 @@ from sqlalchemy import select
 
 from core import bounds
 from core.subjects import FAMILIES, SUBJECTS
-from service import pins
 from service.deps import SessionDep, require_admin
 from service.errors import BadRequest, NotFound
 from service.models import ComparisonPin
+from service.results import pins
 
 router = APIRouter(prefix="/api/pins", tags=["pins"])
 

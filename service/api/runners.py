@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from core.subjects import FAMILIES
 from core.wire import RunnerOffline, RunnerRegister, RunnerRegistered, RunnerResume, RunnerResumed
-from service import notify, queue
 from service.deps import AdminDep, IdPath, RegistrationDep, RunnerDep, SessionDep, SettingsDep
 from service.errors import BadRequest, NotFound, RunnerNameInUse, RunnerRevoked
+from service.jobs import queue, wake
 from service.models import Runner, utcnow
 from service.openapi import errors
 
@@ -77,7 +77,7 @@ def _give_up_leases(
     handed = queue.give_up_leases(session, runner.id, keep=set(keep))
     session.commit()
     if handed:
-        notify.queue_changed(request.app)
+        wake.queue_changed(request.app)
     return handed
 
 

@@ -11,12 +11,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from core.wire import BuildAccepted
-from service import limits, notify, queue, quotas, uploads
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep, open_session
 from service.errors import BadRequest, UploadTooLarge
+from service.jobs import queue, quotas, wake
 from service.models import Build
 from service.openapi import errors
+from service.uploads import client_limits, uploads
 
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
@@ -99,7 +100,7 @@ async def create_build(
         )
         accepted = await run_in_threadpool(_insert, request, settings, build)
     elif ctype == "multipart/form-data":
-        with limits.upload_slot(request):
+        with client_limits.upload_slot(request):
             stored = await uploads.receive_wheel(
                 request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
             )
@@ -122,5 +123,5 @@ async def create_build(
             detail={"content_type": ctype or None},
         )
     log.info("event=build_created build=%s source=%s", accepted.build_id, build.source)
-    notify.queue_changed(request.app)
+    wake.queue_changed(request.app)
     return accepted

@@ -3,8 +3,8 @@
 A request whose ``X-Hub-Signature-256`` is missing or not exactly ``sha256=`` and 64 hex digits is
 refused from its headers, its body unread. At most ``FE_CI_MAX_WEBHOOKS`` bodies are read at once
 (the next answers 503 with ``Retry-After``); each is bounded (``FE_CI_WEBHOOK_MAX_KB``) and paced
-(``service.limits``) while it streams, hashed as it arrives, and its signature is verified the
-moment its last byte is in, before anything is parsed. The repository built is always
+(``service.uploads.client_limits``) while it streams, hashed as it arrives, and its signature is
+verified the moment its last byte is in, before anything is parsed. The repository built is always
 ``FE_CI_REPO_URL``, never a URL from the payload. A push of a commit that already has a build on
 that branch (queued, running or finished) adds none: the answer names the build. Answers fast:
 the work is queued.
@@ -27,12 +27,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service import limits, notify, queue
 from service.config import Settings
 from service.deps import SettingsDep, open_session
 from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
+from service.jobs import queue, wake
 from service.models import Build, WebhookDelivery
 from service.openapi import errors
+from service.uploads import client_limits
 
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
@@ -202,7 +203,7 @@ async def receive_github(request: Request, settings: SettingsDep) -> dict[str, A
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
     signature = _signature(settings, request.headers.get("x-hub-signature-256", ""))
     assert settings.webhook_secret is not None
-    with limits.webhook_slot(request):
+    with client_limits.webhook_slot(request):
         raw = await _read_signed(
             request, settings.webhook_secret, signature, settings.webhook_max_kb * 1024
         )
@@ -222,5 +223,5 @@ async def receive_github(request: Request, settings: SettingsDep) -> dict[str, A
         "event=webhook delivery=%s github_event=%s outcome=%r", delivery, event, result["outcome"]
     )
     if result.pop("created", False):
-        notify.queue_changed(request.app)
+        wake.queue_changed(request.app)
     return result

@@ -7,8 +7,8 @@ transaction that finished the build). The ``Driver`` does the rest off the reque
 the midpoint that runs only the deciding stages, judges it when it finishes, and narrows
 (``core.bisection``, the same search ``fe-ci bisect`` runs) until it names the first bad commit,
 or a range, or the cap is reached. Step builds carry ``bisection_id``: GitHub hears nothing of them
-(``service.github``) and no line compares against them (``service.feature_regression``). A newer
-push does not cancel a bisection; ``cancel`` does.
+(``service.outbound.github``) and no line compares against them
+(``service.results.feature_regression``). A newer push does not cancel a bisection; ``cancel`` does.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from core.bisection import Answer, Mark, Search, Step
 from core.transitions import Question, detect, judge, observe
 from core.verdict import ENDED_WELL
 from core.wire import BuildReport, Stage
-from service import events, queue, stored_reports
 from service.config import Settings
+from service.jobs import queue
 from service.models import Bisection, BisectionStep, Build, utcnow
+from service.results import events, stored_reports
 
 log = logging.getLogger("fe_ci.bisect")
 

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobState, Stage
-from service import events
 from service.config import Settings
 from service.db import locks_rows
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
+from service.results import events
 
 log = logging.getLogger("fe_ci.queue")
 

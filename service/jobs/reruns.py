@@ -1,7 +1,7 @@
 """Reruns: a finished build, or one job of it, run again as a new build of the same artifact.
 
 A finished build never changes: its report is stored and served by ETag from every service
-process (``service/stored_reports.py``), later builds compared themselves with it, and
+process (``service/results/stored_reports.py``), later builds compared themselves with it, and
 bisections judged it. So a rerun is a new build (``Build.rerun_of`` names the original), never
 a re-queue:
 
@@ -11,7 +11,7 @@ a re-queue:
   they were) and whose one chosen job runs again, as a CI's "re-run this job" does; each copied
   stage log keeps at most its last ``LOG_COPY_CHARS`` (the whole one is the original build's).
 
-How many reruns a token may have queued is ``service/quotas.py``'s.
+How many reruns a token may have queued is ``service/jobs/quotas.py``'s.
 
 A rerun keeps the branch only when it repeats the branch's newest build: the rerun of an older
 commit must not become the branch's head (the badge, notifications and bisections read it).
@@ -26,10 +26,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.wire import JobKind, JobState
-from service import queue, uploads
 from service.config import Settings
 from service.errors import Conflict
+from service.jobs import queue
 from service.models import PER_JOB_TABLES, Build, DeterminismRecord, Job, StageLog, utcnow
+from service.uploads import uploads
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ class ChosenConfig(Base):
 
 class ComparisonPin(Base):
     """A subject's comparison point on a family: the config every build measures its bits and
-    its cost of determinism at, whatever its detection walk does (``service/pins.py``).
+    its cost of determinism at, whatever its detection walk does (``service/results/pins.py``).
 
     One row per series. The row of a (subject, family) with no ``retired_at`` is in force; a
     re-pin, or a change of the subject's definition, retires it and starts series + 1, and the
@@ -116,7 +116,7 @@ class BisectionStep(Base):
 
 class Notification(Base):
     """An outgoing notification (a watched branch turned red, or green again), kept until it is
-    delivered: an outbox, so a restart loses none (``service/notifications.py``)."""
+    delivered: an outbox, so a restart loses none (``service/outbound/notifications.py``)."""
 
     __tablename__ = "notifications"
 

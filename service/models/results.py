@@ -115,14 +115,14 @@ class DeterminismRecord(PerJob, Base):
         default=dict,
         server_default=text("'{}'"),  # rows older than 0011 have none
     )
-    # kept from the build a job rerun repeats (``service/reruns.py``): the measurement was made
+    # kept from the build a job rerun repeats (``service/jobs/reruns.py``): the measurement was made
     # once, in that build, so a copy never enters the band, ``previous_record`` or the trends
     copied: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class StageLog(PerJob, Base):
     """One stage's runner log as the runner sent it (its last ``core.wire.protocol.LOG_MAX_CHARS``),
-    the service's own secrets redacted (``service/logs.py``)."""
+    the service's own secrets redacted (``service/results/logs.py``)."""
 
     __tablename__ = "stage_logs"
     __table_args__ = (UniqueConstraint("job_id", "stage"),)
@@ -142,7 +142,8 @@ PER_JOB_TABLES: tuple[type[PerJob], ...] = (
 
 
 class FinishedReport(Base):
-    """The report of a build that can no longer change, as served (service/stored_reports.py)."""
+    """The report of a build that can no longer change, as served
+    (service/results/stored_reports.py)."""
 
     __tablename__ = "finished_reports"
 

@@ -1,9 +1,9 @@
 """Commit statuses, or check runs where a GitHub App is configured, for commit builds.
 
-Per job and for the build (``service/statuses.py`` says what each one says). They are queued on
-the session while the build's state changes and sent only after the commit that stored it, from a
-one-thread pool (so one context's posts arrive in order), and a post equal to the last one sent
-for its context is not repeated. A plain token (``FE_CI_GITHUB_TOKEN``) posts commit statuses;
+Per job and for the build (``service/outbound/statuses.py`` says what each one says). They are
+queued on the session while the build's state changes and sent only after the commit that stored it,
+from a one-thread pool (so one context's posts arrive in order), and a post equal to the last one
+sent for its context is not repeated. A plain token (``FE_CI_GITHUB_TOKEN``) posts commit statuses;
 an App (``FE_CI_GITHUB_APP_ID``, ``..._PRIVATE_KEY``, ``..._INSTALLATION_ID``) posts check runs:
 created when the job is first seen, completed with a conclusion, the build page's summary and the
 failing checks as annotations.
@@ -23,9 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core.wire import BuildReport
 from service.config import Settings
-from service.github_app import HEADERS, AppAuth
 from service.models import Build
-from service.statuses import CommitStatus, build_statuses
+from service.outbound.github_app import HEADERS, AppAuth
+from service.outbound.statuses import CommitStatus, build_statuses
 
 log = logging.getLogger("fe_ci.github")
 

@@ -1,7 +1,7 @@
 """Outgoing notifications: a watched branch (``FE_CI_BRANCHES``) turned red, or green again.
 
-When a commit build of a watched branch finishes (a listener of ``service/events.py``), its colour
-is compared with the branch's previous coloured build. The colour is the gate's (the required
+When a commit build of a watched branch finishes (a listener of ``service/results/events.py``), its
+colour is compared with the branch's previous coloured build. The colour is the gate's (the required
 checks, ``FE_CI_REQUIRE``): ``success`` green, ``failure`` red; a ``neutral`` gate (a required
 check did not run) has no colour and changes nothing. (A report stored before builds had a gate:
 ``pass`` green; ``fail``, ``error``, ``inconclusive`` red.) A change is
@@ -34,9 +34,9 @@ from tenacity import (
 )
 
 from core.wire import BuildReport, Verdict
-from service import events
 from service.config import Settings
 from service.models import Build, FinishedReport, Notification, utcnow
+from service.results import events
 
 log = logging.getLogger("fe_ci.notify")
 

@@ -31,9 +31,8 @@ from core.wire import (
     SurfaceKnob,
     Verdict,
 )
-from service import capable
 from service.config import Settings
-from service.determinism_records import history_rows
+from service.jobs import capable
 from service.models import (
     Build,
     CapabilityRow,
@@ -45,6 +44,7 @@ from service.models import (
     StageRow,
     utcnow,
 )
+from service.results.determinism_records import history_rows
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)

@@ -1,8 +1,8 @@
 """Deterministic bits and the cost of determinism, compared along a comparison point's series.
 
 When a job posts its determinism stage, each subject whose comparison (measured at its pinned
-config, ``service/pins.py``) is an exact deterministic arm becomes a ``DeterminismRecord`` keyed
-by ``core.history.comparable_key`` and tagged with the pin's series; the newest record of the
+config, ``service/results/pins.py``) is an exact deterministic arm becomes a ``DeterminismRecord``
+keyed by ``core.history.comparable_key`` and tagged with the pin's series; the newest record of the
 same key and series from another build is "the previous comparable build", and the genuine
 records before it (none flagged) make the cost gate's band. The comparison itself is
 ``core.history.compare``; its findings are stored with the job's other findings. A measurement
@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from core import history
 from core.wire import Check, Finding, HistoryRow, Severity, Stage, StageResult
-from service import pins
 from service.models import ComparisonPin, DeterminismRecord, FindingRow, Job
+from service.results import pins
 
 log = logging.getLogger("fe_ci.history")
 

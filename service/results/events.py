@@ -20,10 +20,11 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.wire import BuildReport
-from service import github, stored_reports
-from service.assemble import build_report
 from service.db import locks_rows
 from service.models import Build, utcnow
+from service.outbound import github
+from service.results import stored_reports
+from service.results.assemble import build_report
 
 log = logging.getLogger("fe_ci.events")
 

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from core import regression, surface
 from core.bounds import clip
 from core.wire import Capability, Finding, Severity, StageResult
-from service.assemble import merge_capabilities
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job, StageRow
+from service.results.assemble import merge_capabilities
 
 LINE_KINDS = ("feature_regression", *surface.LINE_KINDS)
 

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from core import remembered
 from core.wire import Check, Environment, RememberedConfig, Stage, Status
-from service.assemble import stored
 from service.models import ChosenConfig, Job, StageRow, utcnow
+from service.results.assemble import stored
 
 log = logging.getLogger("fe_ci.memory")
 

@@ -24,8 +24,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core.wire import BuildReport, BuildStatus
-from service.assemble import build_report
 from service.models import Build, FinishedReport, utcnow
+from service.results.assemble import build_report
 
 log = logging.getLogger("fe_ci.stored_reports")
 

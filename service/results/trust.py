@@ -3,8 +3,8 @@
 A build's source is trusted when it is a commit of the configured repository (``FE_CI_REPO_URL``)
 whose wheel fe-ci's own builder made: an ``Artifact`` its build job uploaded, with the very
 sha256 the build runs. Only such a build publishes compiled kernels under the key of their
-sources (``runner/compile_cache.py``); an uploaded wheel reads them but publishes only under its
-own whole-candidate key, so no upload can poison another build's kernels.
+sources (``runner/cache/compile_cache.py``); an uploaded wheel reads them but publishes only under
+its own whole-candidate key, so no upload can poison another build's kernels.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ async def _answer(error: ApiError, scope: Scope, receive: Receive, send: Send) -
 
 def install(app: Any, settings: Settings) -> None:
     """The body deadline middleware, the counters of the slots below and the limiter of the
-    upload checks (``service.uploads``), on ``app``."""
+    upload checks (``service.uploads.uploads``), on ``app``."""
     app.state.uploads_in_flight = 0
     app.state.webhooks_in_flight = 0
     app.state.upload_checks = anyio.CapacityLimiter(settings.upload_checks)

@@ -3,8 +3,8 @@
 The request body is read with ``request.stream()`` through python-multipart's streaming parser, so
 nothing is spooled before the size limit applies. The ``wheel`` part goes to a temp file in this
 process's own directory under ``<data_dir>/tmp`` while it is counted and hashed. The wheel is then
-checked as a zip by ``service.wheelcheck``. The event loop only receives: parsing, hashing and
-writing run in worker threads, a batch of chunks at a time, and the checks (a fifth of a CPU
+checked as a zip by ``service.uploads.wheelcheck``. The event loop only receives: parsing, hashing
+and writing run in worker threads, a batch of chunks at a time, and the checks (a fifth of a CPU
 second for the 1.32.0 wheel) at most ``FE_CI_UPLOAD_CHECKS`` at once, so pages and health checks
 keep a core while wheels upload. Only a wheel that passes every check is moved to
 ``<data_dir>/blobs/<ab>/<sha256>.whl``; any failure removes the temp file, so a rejected upload
@@ -34,7 +34,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from service.errors import ApiError, BadRequest, BadWheelName, UploadError, UploadTooLarge
-from service.wheelcheck import MAX_UNPACKED_BYTES, check_filename, check_wheel
+from service.uploads.wheelcheck import MAX_UNPACKED_BYTES, check_filename, check_wheel
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks

@@ -6,7 +6,8 @@ member count says. So the directory is bounded in bytes first, then walked here 
 counting, and the walk stops at the member cap or past the count the end record declares; only a
 directory that passes is handed to ``zipfile``. Sizes as declared in the directory then bind
 ``zipfile`` (and so pip: a member never yields more than its declared size); METADATA and WHEEL
-are read with a bound, and last every member is hashed against RECORD (``service.wheelrecord``).
+are read with a bound, and last every member is hashed against RECORD
+(``service.uploads.wheelrecord``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from service.errors import BadWheelName, NotAWheel, UnsafeWheel, UploadError, WrongDistribution
-from service.wheelrecord import validate_record
+from service.uploads.wheelrecord import validate_record
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 MAX_UNPACKED_BYTES = 4 * 1024**3  # 1.32.0 unpacks to 49 MB

@@ -5,7 +5,7 @@ page and the live endpoint all name a state the same way. Beyond the stage statu
 models a cell can be ``pending``, ``running``, ``waiting`` (a queued job no alive runner can take:
 "waiting for an sm_100 runner") or ``cancelled``. A stage's cell shows its worst check, so a stage
 that reported ``pass`` with a failing check inside, or whose error finding failed the build (a
-probe's ledger finding), is never green. ``alive`` is ``service.capable.alive``'s set.
+probe's ledger finding), is never green. ``alive`` is ``service.jobs.capable.alive``'s set.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import datetime
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner
 from core.wire import JobKind, JobState, Stage, Status, Verdict
-from service.capable import waiting_reason
+from service.jobs.capable import waiting_reason
 
 # Worst first: the state a cell shows when several jobs or checks disagree. The statuses keep
 # core.verdict's order; work underway ranks just above skipped, cancelled just below it.

@@ -14,9 +14,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from core.wire import BuildReport, JobKind, Stage
-from service import stored_reports
 from service.deps import MAX_ID, SessionDep
 from service.models import Build
+from service.results import stored_reports
 from service.web.templating import not_found, templates
 
 router = APIRouter(include_in_schema=False)

@@ -20,11 +20,11 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.types import Receive, Scope, Send
 
-from service.assemble import status_of
 from service.config import Settings
 from service.deps import IdPath, SessionDep, SettingsDep, open_session
 from service.errors import NotFound
 from service.models import Build, utcnow
+from service.results.assemble import status_of
 from service.web import live_hub
 from service.web.cells import job_stage_cell, verdict_cell
 from service.web.queries import alive, load_jobs

@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from core.subjects import SUBJECTS
 from core.verdict import NOT_PASSED
 from core.wire import STAGE_ORDER, Stage
-from service import capable
-from service.assemble import replaces, status_of
-from service.build_list import filtered_builds
 from service.config import Settings
+from service.jobs import capable
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
+from service.results.assemble import replaces, status_of
+from service.results.build_list import filtered_builds
 from service.web.cells import (
     CapView,
     Cell,

@@ -21,11 +21,11 @@ from sqlalchemy import select
 from core.subjects import SUBJECTS
 from core.verdict import missed_stages
 from core.wire import STAGE_ORDER, RefusalReport, Status, Verdict
-from service import logs, stored_reports
 from service.api.bisections import of_build
 from service.deps import CursorQuery, IdPath, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.models import Build, Runner, utcnow
+from service.results import logs, stored_reports
 from service.web import badge, bisections, compare, live, runners, trends
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs

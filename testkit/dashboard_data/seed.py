@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from service.events import job_changed
 from service.models import Build, Runner, utcnow
+from service.results.events import job_changed
 from testkit.dashboard_data.rows import Ctx, Seeder
 from testkit.dashboard_data.scenarios import SCENARIOS, scenario_pass
 

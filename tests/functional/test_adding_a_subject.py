@@ -45,7 +45,7 @@ def test_a_subject_added_in_the_documented_places_is_probed_run_and_shown(
     # probed: fe-ci validate, on the interpreter that has the "build" (the toy entry point)
     out = tmp_path / "report.json"
     stages = "probe,determinism"
-    cmd = [sys.executable, "-m", "runner.cli", "validate", "--preinstalled", "--stages", stages]
+    cmd = [sys.executable, "-m", "cli.main", "validate", "--preinstalled", "--stages", stages]
     proc = subprocess.run(
         [*cmd, "--json", str(out)],
         cwd=tmp_path,

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service import body_limits, wheelcheck
+from service import body_limits
+from service.uploads import wheelcheck
 from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.waiting import eventually

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli_common import EXIT_BAD_INPUT
+from cli.common import EXIT_BAD_INPUT
 from testkit import frontend_repo as fr
 from testkit import processes
 from testkit.service import ROOT, service_env
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def fe_ci(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return processes.run(
-        [sys.executable, "-m", "runner.cli", *args], env=env, cwd=ROOT, text=True, timeout=600
+        [sys.executable, "-m", "cli.main", *args], env=env, cwd=ROOT, text=True, timeout=600
     )
 
 

@@ -74,8 +74,9 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
     subject (the migrated schema, a real SQLite file; no GPU needed to queue it)."""
     from core.transitions import Question
     from core.wire import Stage
-    from service import bisection_runs, db
+    from service import db
     from service.config import Settings
+    from service.jobs import bisection_runs
     from service.models import Bisection, Job
 
     settings = Settings(data_dir=tmp_path, gpu_archs=["sm_90", "sm_100"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import pipeline, pipeline_options
+from runner.pipeline import pipeline, pipeline_options
 from testkit.wheels import dist_info, frontend_members, make_wheel, wheel_bytes, wheel_name
 
 pytestmark = pytest.mark.skipif(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from cli.progress import DOING, StageProgress
 from core.subjects import SUBJECTS
 from core.wire import Stage, StageResult, Status
-from runner.progress import DOING, StageProgress
 from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from testkit.wheels import make_wheel
@@ -29,7 +29,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def fe_ci(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     return processes.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=cwd,
         env=_env(**extra),
         text=True,
@@ -63,7 +63,7 @@ def test_submit_wait_says_no_capable_runner_is_alive(tmp_path: Path, make_servic
     wheel = make_wheel(tmp_path / "w", "1.32.0", "")
     env = _env(FE_CI_URL=svc.url, FE_CI_SUBMIT_TOKEN=svc.env["FE_CI_SUBMIT_TOKEN"])
     proc = processes.popen(
-        [sys.executable, "-m", "runner.cli", "submit", str(wheel), "--wait"],
+        [sys.executable, "-m", "cli.main", "submit", str(wheel), "--wait"],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,

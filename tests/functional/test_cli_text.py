@@ -21,7 +21,7 @@ def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if not k.startswith("FE_CI_") and k != "COLUMNS"}
     env.update({"PYTHONPATH": str(ROOT), "FE_CI_RUNNER_LABELS": ""}, **extra_env)
     return processes.run(
-        [sys.executable, "-m", "runner.cli", *args], cwd=cwd, env=env, text=True, timeout=120
+        [sys.executable, "-m", "cli.main", *args], cwd=cwd, env=env, text=True, timeout=120
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import jail
+from runner.isolation import jail
 from testkit import loopback, processes
 from testkit.registry import registry_wheel
 from testkit.service import ROOT, Service
@@ -115,7 +115,7 @@ def test_the_seed_stories_through_webhook_builder_and_probe(make_service, tmp_pa
         ids.append(resp.json()["build_id"])
     with open(tmp_path / "runner.log", "wb") as log:
         runner = processes.popen(
-            [sys.executable, "-m", "runner.cli", "runner"],
+            [sys.executable, "-m", "cli.main", "runner"],
             env=svc.runner_env(FE_CI_RUNNER_NAME="builder-1", FE_CI_RUNNER_LABELS="builder=1"),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -160,7 +160,7 @@ def test_unknown_commit_is_classified(make_service, tmp_path: Path) -> None:  # 
     svc: Service = make_service(FE_CI_REPO_URL=str(repo), FE_CI_GPU_ARCHS="")
     build_id = send(svc, push(after="c" * 40)).json()["build_id"]
     proc = processes.run(
-        [sys.executable, "-m", "runner.cli", "runner", "--once"],
+        [sys.executable, "-m", "cli.main", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME="b", FE_CI_RUNNER_LABELS="builder=1"),
         cwd=ROOT,
         text=True,
@@ -182,7 +182,8 @@ def test_a_failed_build_names_its_cause_and_sees_its_build_requirements(
     prints one), not the wrapping of it by pip or uv; the build runs with its build env's scripts
     first on PATH, so CMake finds what the build requirements installed (pybind11's config)."""
     from core import commits
-    from runner import build, envs
+    from runner import build
+    from runner.envs import envs
 
     if installer == "uv" and envs.find_uv() is None:
         pytest.skip("uv is not installed beside the runner")
@@ -217,7 +218,8 @@ def test_uv_and_pip_build_the_same_wheel_from_a_commit(tmp_path: Path) -> None:
     """The build starts the repository's backend through uv where the runner installs with uv,
     else through pip: the same commit gives a wheel of the same name and the same files."""
     from core import commits
-    from runner import build, envs
+    from runner import build
+    from runner.envs import envs
     from testkit import frontend_repo as fr
 
     if envs.find_uv() is None:

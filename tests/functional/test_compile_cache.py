@@ -1,5 +1,5 @@
-"""The compile cache across builds: its key (runner/compile_keys.py), and what a candidate can and
-cannot do to it (runner/compile_cache.py)."""
+"""The compile cache across builds: its key (runner/cache/compile_keys.py), and what a candidate can
+and cannot do to it (runner/cache/compile_cache.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage
-from runner import (
-    candidate,
-    compile_cache,
-    compile_keys,
-    jail,
-    pipeline,
-    pipeline_options,
-    zygotes,
-)
+from runner.cache import compile_cache, compile_keys
+from runner.isolation import candidate, jail, zygotes
+from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import candidate_env
 from testkit.wheels import make_wheel
 

@@ -3,7 +3,7 @@
 The stage runs for real (in-process, no GPU: the grouped-GEMM subjects are skipped and compiled
 only); the compile-only worker is ``tests.fakecompileonly``, a double for the sm_100a compile this
 host cannot do. The cache directories are prepared and published by the real
-``runner.compile_cache.Store``.
+``runner.cache.compile_cache.Store``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import pytest
 import torch
 
 from core.wire import Stage, StageResult
-from runner import candidate, compile_cache, stage_results
+from runner.cache import compile_cache
 from runner.inside import arms, compileonly, determinism, documents
 from runner.inside.arms import Arm
+from runner.isolation import candidate
+from runner.pipeline import stage_results
 from testkit import loopback
 from testkit.service import Service
 from tests.helpers import register, report, stage_body, submit_wheel

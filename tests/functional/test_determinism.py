@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from core.wire import DriftRow, StageResult
-from runner import candidate
 from runner.inside import arms, determinism, documents, stats
 from runner.inside.measure import Settings, measure_subject
+from runner.isolation import candidate
 from tests.fakesubjects import FakeSubject, Reduction
 from tests.fakesubjects import floats as _floats
 from tests.fakesubjects import integers as _integers

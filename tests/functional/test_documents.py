@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from core import wire
 from core.wire import Stage, Status
-from runner import pipeline, pipeline_options
 from runner.inside import documents, probe, refusal
+from runner.pipeline import pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 MIRRORS: list[tuple[type, type[BaseModel], frozenset[str]]] = [

@@ -18,7 +18,7 @@ def run_runner_once(
     svc: Service, name: str = "ci-1", timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     return processes.run(
-        [sys.executable, "-m", "runner.cli", "runner", "--once"],
+        [sys.executable, "-m", "cli.main", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME=name),
         cwd=ROOT,
         text=True,

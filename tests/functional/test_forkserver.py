@@ -127,7 +127,7 @@ def test_a_variable_read_at_import_given_another_value_gets_a_fresh_interpreter(
     see the subject it adds, which a fork of modules imported without it would not."""
     extension = ROOT / "tests" / "toy_subject" / "extra_subjects.py"
     assert extension.is_file()
-    code = ["-m", "runner.cli", "configs"]
+    code = ["-m", "cli.main", "configs"]
     plain = processes.run([sys.executable, *code], env=env(), text=True, timeout=120)
     added = processes.run([sys.executable, *code], text=True, timeout=120,
                            env=env(FE_CI_EXTRA_SUBJECTS=str(extension)))  # fmt: skip

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from service.config import Settings
-from service.github import StatusReporter
-from service.statuses import CommitStatus
+from service.outbound.github import StatusReporter
+from service.outbound.statuses import CommitStatus
 from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import make_wheel

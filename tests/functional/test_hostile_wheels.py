@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import jail, pipeline, pipeline_options
+from runner.isolation import jail
+from runner.pipeline import pipeline, pipeline_options
 from testkit import processes
 from testkit.service import REGISTER, ROOT, SUBMIT, WEBHOOK, Service, service_env
 from testkit.waiting import eventually
@@ -90,7 +91,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 def run_once(svc: Service, name: str, **env: str) -> subprocess.CompletedProcess[str]:
     return processes.run(
-        [sys.executable, "-m", "runner.cli", "runner", "--once"],
+        [sys.executable, "-m", "cli.main", "runner", "--once"],
         env=svc.runner_env(FE_CI_RUNNER_NAME=name, **env),
         cwd=ROOT,
         text=True,

@@ -1,8 +1,10 @@
 """Who may import whom, read from the source with ``ast``: a test module never imports another
 test module or conftest (shared helpers are in tests/helpers.py and testkit/), the benchmarks and
 the tests never import each other (what both need is in testkit/), and the product never imports
-testkit. The runner's modules import no loop among themselves, and each imports alone, without the
-service. The service reaches its database sessions through ``service/deps.py`` alone.
+testkit. The runner's modules and the ``fe-ci`` commands import no loop among themselves, and each
+imports alone, without the service. What each room of runner/ and service/ may import is in
+test_rooms.py. The service reaches its database sessions through
+``service/deps.py`` alone.
 """
 
 from __future__ import annotations
@@ -17,31 +19,7 @@ from pathlib import Path
 import pytest
 
 from testkit.service import ROOT
-
-
-def imported(
-    path: Path, package: tuple[str, ...] | None = None, *, when_run: bool = False
-) -> set[str]:
-    """Every module ``path`` imports, at any depth, as absolute names: a relative import
-    (``from . import test_x``) is resolved against ``package``, by default the folders from the
-    checkout's root to ``path``. ``when_run``: leave out those under ``if TYPE_CHECKING:``."""
-    if package is None:
-        package = path.parent.relative_to(ROOT).parts if path.is_relative_to(ROOT) else ()
-    tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_only(tree) if when_run else set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else ()
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
-    return names
-
+from tests.import_reading import imported
 
 # The service's stack: core (the domain both sides share) never pulls it in.
 WEB_AND_STORE = ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn", "jinja2")
@@ -75,9 +53,10 @@ def test_no_test_module_imports_another() -> None:
         ("bench", ("tests",)),
         ("tests", ("bench",)),
         ("testkit", ("tests", "bench")),
-        ("service", ("tests", "bench", "testkit", "runner")),
-        ("runner", ("tests", "bench", "testkit")),
-        ("core", ("tests", "bench", "testkit", "runner", "service", *WEB_AND_STORE)),
+        ("service", ("tests", "bench", "testkit", "runner", "cli")),
+        ("runner", ("tests", "bench", "testkit", "cli", "service")),
+        ("cli", ("tests", "bench", "testkit")),
+        ("core", ("tests", "bench", "testkit", "runner", "service", "cli", *WEB_AND_STORE)),
     ],
 )
 def test_imports_stay_on_their_side(folder: str, forbidden: tuple[str, ...]) -> None:
@@ -109,21 +88,14 @@ def test_the_check_sees_a_relative_import(tmp_path: Path, source: str, seen: str
 
 # What a runner host must not need: the runner never imports the service's stack.
 SERVICE_STACK = ("service", "fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn")
-# runner/ and core/ with core's packages (core/wire/); runner/inside/ runs in a candidate's env.
+# runner/ and its rooms, cli/, and core/ with core's packages (core/wire/); runner/inside/ runs in a
+# candidate's env.
 RUNNER_MODULES = sorted(
     ".".join(p.parts[:-1] if p.stem == "__init__" else (*p.parts[:-1], p.stem))
-    for pattern in ("runner/*.py", "core/*.py", "core/*/*.py")
+    for pattern in ("runner/*.py", "runner/*/*.py", "cli/*.py", "core/*.py", "core/*/*.py")
     for p in (q.relative_to(ROOT).with_suffix("") for q in ROOT.glob(pattern))
+    if p.parts[:2] != ("runner", "inside")
 )
-
-
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """The ids of the nodes under ``if TYPE_CHECKING:``: imports that never run."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return skip
 
 
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
@@ -172,7 +144,7 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["runner", "core", "service"])
+@pytest.mark.parametrize("package", ["runner", "cli", "core", "service"])
 def test_no_import_loop_between_modules(package: str) -> None:
     assert loops(import_graph(ROOT, package)) == []
 
@@ -180,7 +152,7 @@ def test_no_import_loop_between_modules(package: str) -> None:
 def test_what_a_candidate_gets_of_core_is_standard_library_only() -> None:
     """A candidate stage runs in the candidate's environment, which has no pydantic: the part of
     core copied into its private source imports the standard library and itself, nothing else."""
-    from runner.candidate import CORE_FOR_CANDIDATE
+    from runner.isolation.candidate import CORE_FOR_CANDIDATE
 
     copied = {f"core.{Path(n).stem}" for n in CORE_FOR_CANDIDATE if n.endswith(".py")}
     found = {

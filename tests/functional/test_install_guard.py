@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import envs, jobbox, pipeline, pipeline_options
+from runner.envs import envs
+from runner.isolation import jobbox
+from runner.pipeline import pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 BACKEND = """\

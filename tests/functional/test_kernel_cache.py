@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage
-from runner import pipeline, pipeline_options, zygotes
+from runner.isolation import zygotes
+from runner.pipeline import pipeline, pipeline_options
 from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import dist_info, frontend_members, wheel_bytes, wheel_name

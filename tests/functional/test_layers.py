@@ -1,4 +1,5 @@
-"""Dependency layers: the warm install path (runner/layers.py, runner/envs.py ``install_warm``).
+"""Dependency layers: the warm install path (runner/envs/layers.py, runner/envs/envs.py
+``install_warm``).
 
 Real registry wheels (1.27.0 and 1.32.0, testkit/registry.py) where a test is about the
 frontend's own dependency sets; where it is about the layer's machinery (its lock, the pip
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import envs, layers, pipeline, pipeline_options, warm_install
+from runner.envs import envs, layers, warm_install
+from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import candidate_env, registry_wheel
 from testkit.wheels import make_wheel
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.wire import LOG_MAX_CHARS, Environment, JobLease, Stage, StageResult, Status
-from runner.client import Client
-from runner.poster import post_stages
-from runner.stage_results import stage_log
-from runner.state import KeptResult
+from runner.agent.client import Client
+from runner.agent.poster import post_stages
+from runner.agent.state import KeptResult
+from runner.pipeline.stage_results import stage_log
 from testkit import loopback
 from testkit.service import REGISTER, SUBMIT, Service
 from testkit.wheels import make_wheel
@@ -83,8 +83,8 @@ def test_a_stage_log_is_kept_redacted_and_served_as_text(service: Service, tmp_p
 
 
 def test_a_kept_result_posts_its_logs_after_an_outage(service: Service, tmp_path: Path) -> None:
-    """A result kept on disk through an outage (runner/state.py) still carries each stage's log:
-    the runner's own client posts it, through the runner's own ``post_stages``."""
+    """A result kept on disk through an outage (runner/agent/state.py) still carries each stage's
+    log: the runner's own client posts it, through the runner's own ``post_stages``."""
     build_id = submit_wheel(service, make_wheel(tmp_path / "w", "1.32.0", ""))
     runner = register(service, "ci-1")
     lease = JobLease.model_validate(runner.post("/api/jobs/claim", json={}).json())

@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import torch
 
+from cli import validate
 from core import remembered
 from core.comparable import ComparableKey, ConfigKey, normalize_backend
 from core.subjects import SUBJECTS
 from core.wire import BuildReport, JobLease
-from runner import validate_cli
 from runner.inside import measure, plan
 from testkit import loopback
 from testkit.service import Service
@@ -158,7 +158,7 @@ def test_a_chosen_config_comes_back_in_the_next_lease_and_escalates_when_it_stop
     # fe-ci validate --previous REPORT: the report's configs, the same way
     path = tmp_path / "previous.json"
     path.write_text(json.dumps(report(svc, b3)))
-    _caps, remembered, _report = validate_cli._load_previous(path)
+    _caps, remembered, _report = validate._load_previous(path)
     assert [(r.subject, r.config, r.build_id, r.gpu) for r in remembered] == [
         (SUBJECT, LARGE, b3, "NVIDIA H200")
     ]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from service.uploads import blob_path
+from service.uploads.uploads import blob_path
 from testkit.service import Service, service_env
 from testkit.waiting import eventually
 from testkit.wheels import make_wheel

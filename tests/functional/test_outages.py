@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Environment, JobKind, JobLease, Stage
-from runner.state import Identity, KeptResult, State
+from runner.agent.state import Identity, KeptResult, State
 from testkit import loopback, processes
 from testkit.proxy import Proxy
 from testkit.service import Service

@@ -188,7 +188,7 @@ def test_fe_ci_pin_lists_and_re_pins(stream: Stream) -> None:
     env.update(FE_CI_URL=stream.svc.url, FE_CI_ADMIN_TOKEN=ADMIN, PYTHONPATH=str(ROOT))
 
     def fe_ci(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "runner.cli", "pin", *args]
+        cmd = [sys.executable, "-m", "cli.main", "pin", *args]
         return processes.run(cmd, env=env, text=True, timeout=120)
 
     listed = fe_ci()

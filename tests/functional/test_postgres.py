@@ -176,8 +176,9 @@ def test_two_jobs_of_one_build_finishing_at_once_finish_the_build(
 ) -> None:
     """Two transactions each end one of the build's two jobs; neither committed when the other
     reads. The build must still end finished with a verdict, not stay ``pending``."""
-    from service import db, events
+    from service import db
     from service.models import Build, Job, utcnow
+    from service.results import events
 
     svc = start(FE_CI_GPU_ARCHS="sm_90")
     build_id = submit_wheel(svc)

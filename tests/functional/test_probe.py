@@ -22,8 +22,8 @@ import pytest
 
 from core import regression
 from core.wire import Capability, Severity, Stage, StageResult, Status
-from runner import ledger
 from runner.inside import documents, introspect
+from runner.pipeline import ledger
 from testkit.registry import candidate_env, registry_wheel, relabel_wheel, relabelled_env
 
 ROOT = Path(__file__).resolve().parents[2]

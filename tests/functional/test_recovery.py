@@ -35,7 +35,7 @@ def start_runner(
     svc: Service, tmp_path: Path, name: str, *, tap: Path | None = None, **env: str
 ) -> processes.Process:
     """``fe-ci runner`` as its own process (through tests/tap.py when ``tap`` is given)."""
-    module = ("tests.tap", str(tap)) if tap else ("runner.cli",)
+    module = ("tests.tap", str(tap)) if tap else ("cli.main",)
     settings = {
         "FE_CI_RUNNER_NAME": name,
         "FE_CI_STAGE_TIMEOUT_S": "120",

@@ -36,7 +36,7 @@ def runner_cli(svc: Service, tmp_path: Path, name: str, *args: str) -> processes
     env = svc.runner_env(FE_CI_RUNNER_NAME=name, FE_CI_CLAIM_WAIT_S="0")
     with open(tmp_path / f"{name}.log", "ab") as log:
         return processes.popen(
-            [sys.executable, "-m", "runner.cli", "runner", "--once", *args],
+            [sys.executable, "-m", "cli.main", "runner", "--once", *args],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from service.stored_reports import REPORT_REVISION
+from service.results.stored_reports import REPORT_REVISION
 from testkit import loopback
 from testkit.service import Service, service_env
 from tests.helpers import register, stage_body, submit_wheel
@@ -83,7 +83,7 @@ def test_a_report_is_computed_once_per_job_event_and_never_on_a_read(tmp_path: P
     JUnit and API read the stored report: a stored body changed behind the service's back is
     what they show."""
     data = tmp_path / "data"
-    argv = [sys.executable, "-m", "runner.cli", "serve", "--port", "{port}"]
+    argv = [sys.executable, "-m", "cli.main", "serve", "--port", "{port}"]
     svc = Service(data, service_env(data), command=[*argv, "--log-level", "debug"]).start()
     try:
         runner = register(svc, "r1")

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from service.reruns import LOG_COPY_CHARS
+from service.jobs.reruns import LOG_COPY_CHARS
 from testkit import loopback
 from testkit.service import Service
 from testkit.wheels import make_wheel

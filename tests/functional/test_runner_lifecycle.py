@@ -45,7 +45,7 @@ def submit_commit(svc: Service) -> dict:
 def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
     proc = processes.run(
-        [sys.executable, "-m", "runner.cli", "runner", "--once"],
+        [sys.executable, "-m", "cli.main", "runner", "--once"],
         env=runner_env(svc, "once-1"),
         cwd=ROOT,
         text=True,
@@ -62,7 +62,7 @@ def test_a_runner_that_exits_after_once_shows_offline_at_once(make_service) -> N
 def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_service) -> None:  # type: ignore[no-untyped-def]
     svc: Service = make_service(FE_CI_GPU_ARCHS="auto")
     proc = processes.popen(
-        [sys.executable, "-m", "runner.cli", "runner"],
+        [sys.executable, "-m", "cli.main", "runner"],
         env=runner_env(svc, "term-1"),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -119,7 +119,7 @@ def test_a_runner_without_torch_refuses_to_start(module_service: Service, tmp_pa
     )  # fmt: skip
     assert "No module named 'torch'" in check.stderr, check.stderr
     proc = subprocess.run(
-        [sys.executable, "-S", "-m", "runner.cli", "runner"],
+        [sys.executable, "-S", "-m", "cli.main", "runner"],
         env=env,
         cwd=ROOT,
         capture_output=True,

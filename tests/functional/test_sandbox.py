@@ -1,5 +1,5 @@
 """Stages run in their own process group: hangs become ``timeout``, signals ``crashed``; a
-candidate's processes run in the sandbox (``runner/jail.py``): bubblewrap, or util-linux's
+candidate's processes run in the sandbox (``runner/isolation/jail.py``): bubblewrap, or util-linux's
 ``unshare`` as root, each tried for real where the host has it (CI installs bubblewrap and runs as
 root, so both run there), and nothing they start outlives them."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import jail, limits, sandbox, uids
+from runner.isolation import jail, limits, sandbox, uids
 from testkit.waiting import eventually
 from tests.helpers import alive, processes_with, wait_gone
 

@@ -1,6 +1,6 @@
-"""Every sandbox has limits (``runner/limits.py``): a candidate that forks without bound, fills
-``/dev/shm`` or fills its job directory ends its stage ``error`` naming the limit, and the runner
-goes on with the next build. Real wheels through the real pipeline, in the host's sandbox
+"""Every sandbox has limits (``runner/isolation/limits.py``): a candidate that forks without bound,
+fills ``/dev/shm`` or fills its job directory ends its stage ``error`` naming the limit, and the
+runner goes on with the next build. Real wheels through the real pipeline, in the host's sandbox
 (bubblewrap here; CI installs it and runs as root, so the cgroup limits are in force there)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import jail, limits, pipeline, pipeline_options, sandbox, uids
+from runner.isolation import jail, limits, sandbox, uids
+from runner.pipeline import pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 pytestmark = pytest.mark.skipif(

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from core.wire import Stage, Status
-from runner import pipeline, pipeline_options
+from runner.pipeline import pipeline, pipeline_options
 from testkit.wheels import make_wheel
 
 INIT = """

@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import queue
 from service.db import make_engine, migrate
+from service.jobs import queue
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service import uploads
+from service.uploads import uploads
 from testkit.registry import registry_wheel
 from testkit.service import ROOT
 from tests.helpers import UploadServer, files_left, post, wheel_with
@@ -71,7 +71,7 @@ def test_sweep_removes_a_killed_process_area_and_keeps_a_live_one(tmp_path: Path
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from service import uploads\n"
+        "from service.uploads import uploads\n"
         "area = uploads.upload_area(Path(sys.argv[1]))\n"
         "(area / 'upload-dead.part').write_bytes(b'half a wheel')\n"
         "print(area, flush=True)\n"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from service import uploads
+from service.uploads import uploads
 from testkit import loopback
 from testkit.waiting import eventually
 from tests.helpers import (

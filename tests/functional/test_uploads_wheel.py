@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from service import wheelcheck
+from service.uploads import wheelcheck
 from testkit.wheels import WHEEL_FILE, record_line
 from tests.helpers import (
     DIST_INFO,

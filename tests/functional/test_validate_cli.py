@@ -46,7 +46,7 @@ def fe_ci(
     )
     env.update(extra_env)
     return processes.run(
-        [sys.executable, "-m", "runner.cli", *args], cwd=cwd, env=env, text=True, timeout=timeout
+        [sys.executable, "-m", "cli.main", *args], cwd=cwd, env=env, text=True, timeout=timeout
     )
 
 

@@ -1,5 +1,5 @@
-"""Warm workers tell the truth (``runner/zygotes.py``): a stage forked from a warm worker runs as
-the worker's uid, which serves every job of its layer, not as the job's own; the report's
+"""Warm workers tell the truth (``runner/isolation/zygotes.py``): a stage forked from a warm worker
+runs as the worker's uid, which serves every job of its layer, not as the job's own; the report's
 ``sandbox`` says so. Two real jobs through one real warm worker, in the host's sandbox."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import jail, limits, pipeline, pipeline_options, zygotes
+from runner.isolation import jail, limits, zygotes
+from runner.pipeline import pipeline, pipeline_options
 from testkit import frontend_repo as fr
 from testkit import wheels
 

@@ -1,4 +1,4 @@
-"""Warm parents for the CPU stages (runner/zygotes.py, runner/inside/zygote.py).
+"""Warm parents for the CPU stages (runner/isolation/zygotes.py, runner/inside/zygote.py).
 
 A real dependency layer of the registry's 1.32.0 wheel, a real zygote process in the sandbox a
 stage gets (bubblewrap and a uid of its own where the runner is root, as in CI), real forks, each
@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner import envs, jail, layers, pipeline, pipeline_options, warm_install, zygotes
+from runner.envs import envs, layers, warm_install
+from runner.isolation import jail, zygotes
+from runner.pipeline import pipeline, pipeline_options
 from testkit import frontend_repo as fr
 from testkit import wheels
 from testkit.registry import registry_wheel
@@ -256,7 +258,7 @@ def test_a_zygote_dies_with_a_runner_killed_by_sigkill(layer: layers.Layer, tmp_
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
-        "from runner import envs, warm_install, zygotes\n"
+        "from runner.envs import envs, warm_install; from runner.isolation import zygotes\n"
         f"meta = envs.read_wheel_metadata(Path({str(registry_wheel('1.32.0'))!r}))\n"
         f"layer = warm_install.ensure_layer(meta, layers_dir=Path({str(layer.root.parent)!r}), "
         "timeout_s=900)\n"

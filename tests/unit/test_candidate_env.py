@@ -1,5 +1,6 @@
-"""What a candidate's processes are given of the runner's environment (``runner/allowlist.py``),
-and how a runner secret is taken out of what a candidate wrote (``runner/redact.py``)."""
+"""What a candidate's processes are given of the runner's environment
+(``runner/isolation/allowlist.py``), and how a runner secret is taken out of what a candidate wrote
+(``runner/isolation/redact.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.wire import Check, Stage, StageResult, Status
-from runner import allowlist, candidate, redact, stage_results
 from runner.config import RunnerSettings
+from runner.isolation import allowlist, candidate, redact
+from runner.pipeline import stage_results
 
 RUNNER = {
     "PATH": "/usr/local/bin:/usr/bin",

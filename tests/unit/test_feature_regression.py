@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import feature_regression
-from service.assemble import build_report, merge_capabilities
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
+from service.results import feature_regression
+from service.results.assemble import build_report, merge_capabilities
 from service.web.queries import load_caps
 
 SUBJECT = "grouped_gemm_dglu"

@@ -4,8 +4,9 @@ characters, lone surrogates, huge names) in every field that reaches it, parsed 
 
 Was: a check name with a control character made ``junit.xml`` not well formed (the names and
 attributes were written as they came; only details and log tails were cleaned). The reports are
-built as the service reads stored rows (``service.assemble.stored``: not validated again), so the
-text here is what an old row or a future bound could hold, not only what the door lets in today.
+built as the service reads stored rows (``service.results.assemble.stored``: not validated again),
+so the text here is what an old row or a future bound could hold, not only what the door lets in
+today.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from core.wire import (
     Status,
     Verdict,
 )
-from service.assemble import stored
+from service.results.assemble import stored
 from service.web.junit import NAME_CHARS, TEXT_CHARS, junit_xml
 
 # Any code point, lone surrogates and C0/C1 controls included.

@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from core.subjects import FEATURES, LEDGER_PATH, Feature
 from core.wire import Finding, Severity
-from runner import ledger
+from runner.pipeline import ledger
 
 DSRELU = "grouped_gemm_dsrelu.deterministic"  # documented from 1.28.0
 

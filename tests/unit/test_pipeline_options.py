@@ -10,8 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from core.wire import Stage
-from runner import envs, jail, pipeline_options
 from runner.config import RunnerSettings
+from runner.envs import envs
+from runner.isolation import jail
+from runner.pipeline import pipeline_options
 from testkit.service import ROOT
 
 
@@ -100,7 +102,8 @@ def _calls(path: Path, callee: str) -> list[int]:
 def _callers(callee: str, home: Path) -> dict[str, list[int]]:
     return {
         str(path.relative_to(ROOT)): lines
-        for path in sorted((ROOT / "runner").rglob("*.py"))
+        for folder in ("runner", "cli")
+        for path in sorted((ROOT / folder).rglob("*.py"))
         if path != home and (lines := _calls(path, callee))
     }
 
@@ -108,7 +111,7 @@ def _callers(callee: str, home: Path) -> dict[str, list[int]]:
 def test_the_runner_builds_options_only_from_its_settings(tmp_path: Path) -> None:
     """A second place that copies settings into ``Options`` drifts from this one (``fe-ci bisect``
     once built its own and would have missed any setting added later)."""
-    assert _callers("Options", ROOT / "runner" / "pipeline_options.py") == {}
+    assert _callers("Options", ROOT / "runner" / "pipeline" / "pipeline_options.py") == {}
     seen = tmp_path / "m.py"
     seen.write_text("def f(p):\n    return pipeline_options.Options(stages=[], work_dir=p)\n")
     assert _calls(seen, "Options") == [2]  # the check sees a direct call
@@ -119,7 +122,7 @@ def test_a_commit_is_built_from_the_runners_settings_in_one_place(tmp_path: Path
     through ``build.build_commit``: none copies the settings into ``run_build`` by hand."""
     assert _callers("run_build", ROOT / "runner" / "build.py") == {}
     users = set(_callers("build_commit", ROOT / "runner" / "build.py"))
-    assert users == {"runner/job_runner.py", "runner/validate_cli.py", "runner/bisect_cli.py"}
+    assert users == {"runner/agent/job_runner.py", "cli/validate.py", "cli/bisection.py"}
     seen = tmp_path / "m.py"
     seen.write_text("def f(s):\n    return build.run_build('r', 'c', cache_dir=s)\n")
     assert _calls(seen, "run_build") == [2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from core import gate
 from core.text import ELLIPSIS, shorten
 from core.wire import BuildReport, Status, Verdict
-from service.statuses import BUILD_CONTEXT, DESCRIPTION_CHARS, build_statuses, description
+from service.outbound.statuses import BUILD_CONTEXT, DESCRIPTION_CHARS, build_statuses, description
 from tests.reports import cpu_job, h200_build, sm90_job
 
 

@@ -22,7 +22,7 @@ from core.wire import (
     StagePost,
     Status,
 )
-from runner.stage_results import accepted
+from runner.pipeline.stage_results import accepted
 
 SDPA = SUBJECTS["sdpa_bwd"].config_names
 RAW = '{"lease_token": "t", "result": {"name": "probe", "status": "pass", "duration_s": 0.0}}'

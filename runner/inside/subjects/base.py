@@ -88,8 +88,9 @@ def synchronize(device: torch.device) -> None:
 def configure_compile_cache(where: str | None, key: str | None = None) -> dict[str, Any]:
     """Point the CuTe DSL's persistent caches at ``where``, before the frontend is imported.
 
-    The runner chose the directory and its key outside the sandbox (``runner/compile_cache.py``):
-    it holds read-only links to the entries published under that key and takes new ones.
+    The runner chose the directory and its key outside the sandbox
+    (``runner/cache/compile_cache.py``): it holds read-only links to the entries published under
+    that key and takes new ones.
     """
     if not where:
         return {"dir": None, "key": None, "warm": False}

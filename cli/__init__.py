@@ -1,0 +1,1 @@
+"""The ``fe-ci`` commands; the service is imported only inside ``serve``."""

@@ -1,0 +1,1 @@
+"""The compile cache: its keys, and its entries."""

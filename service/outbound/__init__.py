@@ -1,0 +1,1 @@
+"""What the service sends out: GitHub statuses and notifications."""

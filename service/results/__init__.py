@@ -1,0 +1,2 @@
+"""Results and reports: the report assembled from the rows and stored once finished, what is kept
+across builds, runner logs."""

@@ -1,0 +1,1 @@
+"""The upload door: the streamed body, its deadlines and bounds, the wheel's checks, its blobs."""
