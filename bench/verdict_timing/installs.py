@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from core.wire import Stage
-from runner.envs import envs, layers, warm_install
+from runner.envs import envs, host, layers, warm_install
 from runner.isolation import jobbox, zygotes
 from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import candidate_env
@@ -37,7 +37,7 @@ def _probe(python: Path, work: Path) -> float:
 
 def obvious(wheel: Path, work: Path) -> dict[str, float]:
     """A fresh ``python -m venv`` (with pip) and ``pip install`` of the wheel, then the probe."""
-    torch = envs.host_torch()
+    torch = host.host_torch()
     assert torch is not None
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(work / "env")], check=True)

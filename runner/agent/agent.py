@@ -35,7 +35,7 @@ from runner.agent.job_runner import JobRunner
 from runner.agent.poster import LeaseLost, post_stages
 from runner.agent.state import Identity, KeptResult, State
 from runner.config import RunnerSettings
-from runner.envs import envs
+from runner.envs import host
 from runner.isolation import zygotes
 
 log = logging.getLogger("fe_ci.agent")
@@ -304,7 +304,7 @@ class Agent:
 def preflight() -> str | None:
     """Why this host cannot run jobs, or None. A runner without torch would only fail every job
     (or, worse, let a candidate's install pull some torch from the index), so it does not start."""
-    if envs.host_torch() is None:
+    if host.host_torch() is None:
         return (
             f"this runner's Python ({sys.executable}) has no torch; the runner reuses the host's "
             "torch in every candidate environment. Install it beside fe-ci (for example "

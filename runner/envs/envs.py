@@ -16,7 +16,6 @@ a shared dependency layer, is ``runner/envs/warm_install.py``.
 from __future__ import annotations
 
 import email.parser
-import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from runner.config import RunnerSettings
 from runner.envs import layers
+from runner.envs.host import host_torch
 from runner.isolation import sandbox
 
 if TYPE_CHECKING:
@@ -37,21 +37,6 @@ if TYPE_CHECKING:
 
 CUTEDSL_EXTRA = "cutedsl"
 HOST_TORCH_PTH = "_fe_ci_host_torch.pth"
-
-
-@dataclass(frozen=True)
-class HostTorch:
-    version: str
-    site_dir: Path
-
-
-def host_torch() -> HostTorch | None:
-    """The torch installed beside the runner, found without importing it."""
-    try:
-        dist = importlib.metadata.distribution("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return HostTorch(version=dist.version, site_dir=Path(str(dist.locate_file(""))).resolve())
 
 
 @dataclass(frozen=True)

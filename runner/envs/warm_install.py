@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.envs import envs, layers
+from runner.envs import envs, host, layers
 from runner.isolation import jobbox, sandbox
 from runner.isolation.jobbox import JobBox
 
@@ -36,7 +36,7 @@ def ensure_layer(
     None when the candidate declares nothing to install. Raises ``LayerError`` (with the
     resolver's message) when the layer cannot be built, or must not be used.
     """
-    torch = envs.host_torch()
+    torch = host.host_torch()
     spec = layers.layer_spec(
         meta.requires,
         envs.install_extras(meta),
@@ -70,7 +70,7 @@ def _build_layer(
     timeout_s: float,
     index_url: str | None,
     wheelhouse: Path | None,
-    torch: envs.HostTorch | None,
+    torch: host.HostTorch | None,
     job: JobBox,
 ) -> layers.Layer:
     start = time.monotonic()

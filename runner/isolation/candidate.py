@@ -1,18 +1,16 @@
-"""Starting a candidate-side stage: its private source, its environment, its process.
+"""Starting a candidate-side stage: its environment, its process, its document read back.
 
 Each stage is a subprocess of the candidate's Python (or a fork of a warm zygote), in the job's
 sandbox (``jobbox.py``, ``jail.py``) with a timeout, with the allowlist's environment
 (``allowlist.py``) and a private copy of ``runner/inside`` and of core's standard-library part
-(the subject declarations) on its path and nothing else of the runner; it hands back one JSON
-document, read here as untrusted input.
+(the subject declarations; ``stage_source.py``) on its path and nothing else of the runner; it
+hands back one JSON document, read here as untrusted input.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,30 +19,17 @@ from core import subjects
 from core.wire import Stage
 from runner.envs import envs
 from runner.inside import documents
-from runner.isolation import allowlist, sandbox
+from runner.isolation import allowlist, sandbox, stage_source
 from runner.isolation.jobbox import JobBox
 
 if TYPE_CHECKING:
     from runner.isolation.zygotes import Zygote
 
-INSIDE_SRC = Path(__file__).parents[1] / "inside"
-CORE_SRC = Path(subjects.__file__).parent
-# What a candidate stage imports of core: standard library only
-# (tests/functional/test_imports.py holds it).
-CORE_FOR_CANDIDATE = (
-    "__init__.py",
-    "subjects.py",
-    "surface.py",
-    "comparable.py",
-    "harness.py",
-    "ledger.json",
-)
 STAGE_MODULES = {
     Stage.probe: "runner.inside.probe",
     Stage.determinism: "runner.inside.determinism",
     Stage.refusal: "runner.inside.refusal",
 }
-MAX_DOC_BYTES = 64 << 20  # a stage's document; far above any real one
 
 # What the determinism stage sets for itself (``runner/inside/subjects/base.py``: where the CuTe
 # DSL keeps its kernels, the compile cache the runner prepared); never the runner's to pass.
@@ -53,22 +38,6 @@ RUNNER_OWNED_ENV = (
     "FLEX_ATTENTION_CUTE_DSL_CACHE_DIR",
     "FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED",
 )
-
-
-def private_source(work_dir: Path) -> Path:
-    """A copy of the candidate-side package: the candidate sees no other runner code."""
-    root = work_dir / "src"
-    if root.exists():
-        shutil.rmtree(root)
-    pkg = root / "runner"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    shutil.copytree(INSIDE_SRC, pkg / "inside", ignore=shutil.ignore_patterns("__pycache__"))
-    core = root / "core"
-    core.mkdir()
-    for name in CORE_FOR_CANDIDATE:
-        shutil.copyfile(CORE_SRC / name, core / name)
-    return root
 
 
 def run_stage(
@@ -90,7 +59,7 @@ def run_stage(
     params_path = job.work / "params" / f"{stage}.json"
     out_path = job.own / f"{stage}.result.json"
     params_path.write_text(json.dumps(params, default=str))
-    if why := clear(out_path):  # what an earlier stage of the candidate left there
+    if why := stage_source.clear(out_path):  # what an earlier stage of the candidate left there
         return sandbox.Outcome("refused", None, None, 0.0, "", why), out_path
     env = stage_environ(stage, job.home, python, src)
     argv = ["--in", str(params_path), "--out", str(out_path)]
@@ -129,48 +98,9 @@ def stage_environ(stage: Stage, home: Path, python: Path, src: Path) -> dict[str
     )
 
 
-def clear(path: Path) -> str:
-    """Remove whatever the candidate left at ``path`` (a file, a link, a fifo, a folder: never
-    followed); "", or why it could not be, in the candidate's name and without a host path."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return ""
-    except OSError as exc:
-        return f"the candidate left {path.name} unreadable ({exc.strerror})"
-    try:
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(path)  # never follows a link inside
-        else:
-            os.unlink(path)
-    except OSError as exc:
-        return f"the candidate left {path.name} where the runner cannot remove it ({exc.strerror})"
-    return ""
-
-
-def read_untrusted(path: Path, limit: int = MAX_DOC_BYTES) -> bytes | str:
-    """A file the candidate wrote, in a directory it owned: its bytes, or why it is refused.
-    Opened without following a link, a regular file only, read only as far as ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder is refused before it is read
-            return "not a regular file"
-        raw = b""
-        while len(raw) <= limit and (chunk := os.read(fd, limit + 1 - len(raw))):
-            raw += chunk
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    finally:
-        os.close(fd)
-    return raw if len(raw) <= limit else f"larger than {limit} bytes"
-
-
 def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
     """The stage's document and "", or {} and why it is refused: it is the candidate's output."""
-    raw = read_untrusted(path)
+    raw = stage_source.read_untrusted(path)
     if isinstance(raw, str):
         return {}, raw
     try:
@@ -185,13 +115,3 @@ def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:
     if found:
         return {}, "; ".join(found)
     return doc, ""
-
-
-def copy_doc(doc: Path, out_path: Path) -> None:
-    """A warm stage's document (a file the worker's uid wrote) into ``out_path``, a file of the
-    runner's; nothing when there is none to read."""
-    data = "left in place" if clear(out_path) else read_untrusted(doc)
-    if isinstance(data, bytes):
-        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(out, "wb") as dst:
-            dst.write(data)

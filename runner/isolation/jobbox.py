@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.envs import envs
+from runner.envs import host
 from runner.isolation import allowlist, jail, uids
 
 
@@ -89,7 +89,7 @@ class JobBox:
 
 
 def _torch() -> tuple[Path, ...]:
-    torch = envs.host_torch()
+    torch = host.host_torch()
     return (torch.site_dir,) if torch is not None else ()
 
 

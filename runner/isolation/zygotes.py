@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.envs import envs, layers
+from runner.envs import envs, host, layers
 from runner.inside.zygote import unix_address
-from runner.isolation import allowlist, candidate, jail, jobbox, limits, sandbox, uids
+from runner.isolation import allowlist, jail, jobbox, limits, sandbox, stage_source, uids
 
 log = logging.getLogger("fe_ci.zygote")
 
@@ -54,12 +54,12 @@ PID_TIMEOUT_S = 10.0
 
 def _source_digest() -> str:
     h = hashlib.sha256()
-    for path in sorted(candidate.INSIDE_SRC.rglob("*.py")):
-        h.update(path.relative_to(candidate.INSIDE_SRC).as_posix().encode())
+    for path in sorted(stage_source.INSIDE_SRC.rglob("*.py")):
+        h.update(path.relative_to(stage_source.INSIDE_SRC).as_posix().encode())
         h.update(path.read_bytes())
-    for name in candidate.CORE_FOR_CANDIDATE:
+    for name in stage_source.CORE_FOR_CANDIDATE:
         h.update(f"core/{name}".encode())
-        h.update((candidate.CORE_SRC / name).read_bytes())
+        h.update((stage_source.CORE_SRC / name).read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -129,7 +129,7 @@ class Zygote:
         try:
             outcome = self._fork(request, log_path, start, timeout_s, cancel, grace_s)
             if outcome is not None:
-                candidate.copy_doc(room / "out" / "doc.json", out_path)
+                stage_source.copy_doc(room / "out" / "doc.json", out_path)
             return outcome
         finally:
             shutil.rmtree(room, ignore_errors=True)
@@ -323,7 +323,7 @@ class Zygotes:
         env = envs.create_env(root / "env")
         if layer is not None:  # else the host's torch alone
             layers.attach(env.site_packages(), layer)
-        src = candidate.private_source(root)  # the same copy a stage gets
+        src = stage_source.private_source(root)  # the same copy a stage gets
         home, sockets, rooms = root / "home", root / "sock", root / "rooms"
         for path in (home, rooms):  # the runner's: the zygote writes neither
             path.mkdir()
@@ -395,5 +395,5 @@ class Zygotes:
 
 
 def _torch_dirs() -> tuple[Path, ...]:
-    torch = envs.host_torch()
+    torch = host.host_torch()
     return (torch.site_dir,) if torch is not None else ()

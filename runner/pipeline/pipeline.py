@@ -32,8 +32,8 @@ from core.wire import (
     Status,
 )
 from runner.cache import compile_cache, compile_keys
-from runner.envs import envs, layers
-from runner.isolation import candidate, jail, jobbox, redact, sandbox, uids
+from runner.envs import envs, host, layers
+from runner.isolation import candidate, jail, jobbox, redact, sandbox, stage_source, uids
 from runner.pipeline import install_stage, ledger
 from runner.pipeline.pipeline_options import Options
 from runner.pipeline.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
@@ -117,7 +117,7 @@ class Pipeline:
     ) -> StageResult:
         job = self.job()
         if self._src is None:
-            self._src = candidate.private_source(job.work)
+            self._src = stage_source.private_source(job.work)
         outcome, out_path = candidate.run_stage(
             stage,
             params,
@@ -183,7 +183,7 @@ class Pipeline:
     def probe(self) -> StageResult:
         # an environment this runner made, or its own interpreter, must import the host's torch
         own = not self.opts.preinstalled or self.python == Path(sys.executable)
-        expect_torch = own and envs.host_torch() is not None
+        expect_torch = own and host.host_torch() is not None
         result = self.run_inside(Stage.probe, {"expect_torch": expect_torch})
         if result.status in ERRORED:
             return result
@@ -219,7 +219,7 @@ class Pipeline:
             dirs = [Path(p) for p in sys.path if p]
         else:
             dirs = compile_keys.interpreter_sites(self.python)
-        if (torch := envs.host_torch()) is not None:
+        if (torch := host.host_torch()) is not None:
             dirs.append(torch.site_dir)
         return [d for d in dirs if d.is_dir()]
 

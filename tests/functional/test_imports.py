@@ -98,16 +98,17 @@ RUNNER_MODULES = sorted(
 )
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+def import_graph(root: Path, package: str, *, when_run: bool = True) -> dict[str, set[str]]:
     """{module: the modules of ``package`` it imports when run}, imports inside functions included
-    (a loop that only closes when a function runs is still a loop)."""
+    (a loop that only closes when a function runs is still a loop); ``when_run=False``: those under
+    ``if TYPE_CHECKING:`` too."""
     paths = {}
     for path in sorted((root / package).rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
     for name, path in paths.items():
-        found = imported(path, path.parent.relative_to(root).parts, when_run=True)
+        found = imported(path, path.parent.relative_to(root).parts, when_run=when_run)
         graph[name] = {n for n in found if n in paths and n != name}
     return graph
 
@@ -149,10 +150,18 @@ def test_no_import_loop_between_modules(package: str) -> None:
     assert loops(import_graph(ROOT, package)) == []
 
 
+@pytest.mark.parametrize("package", ["runner", "cli", "service"])
+def test_no_loop_even_through_a_type_only_import(package: str) -> None:
+    """A loop closed under ``if TYPE_CHECKING:`` runs, but it still ties two modules into one: the
+    sandbox's job box and the environments, a stage's process and the zygotes, each were such a
+    pair (what both needed now has a module of its own: ``envs/host.py``, ``stage_source.py``)."""
+    assert loops(import_graph(ROOT, package, when_run=False)) == []
+
+
 def test_what_a_candidate_gets_of_core_is_standard_library_only() -> None:
     """A candidate stage runs in the candidate's environment, which has no pydantic: the part of
     core copied into its private source imports the standard library and itself, nothing else."""
-    from runner.isolation.candidate import CORE_FOR_CANDIDATE
+    from runner.isolation.stage_source import CORE_FOR_CANDIDATE
 
     copied = {f"core.{Path(n).stem}" for n in CORE_FOR_CANDIDATE if n.endswith(".py")}
     found = {

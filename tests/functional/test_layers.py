@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner.envs import envs, layers, warm_install
+from runner.envs import envs, host, layers, warm_install
 from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import candidate_env, registry_wheel
 from testkit.wheels import make_wheel
@@ -133,7 +133,7 @@ def test_a_layer_holding_the_frontend_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_dependency_conflict_with_the_host_torch_is_still_caught(tmp_path: Path) -> None:
-    torch = envs.host_torch()
+    torch = host.host_torch()
     assert torch is not None
     wheel = _small_wheel(tmp_path / "wheel", "torch>=99")
     layers_dir = tmp_path / "layers"
