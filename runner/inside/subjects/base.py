@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import torch
 
+from core.subjects import Subject as Declaration
+
 
 @dataclass(frozen=True)
 class Config:
@@ -39,11 +41,17 @@ class Tolerance:
     rtol: float
 
 
-def configs_of(name: str) -> tuple[Config, ...]:
-    """The subject's configs, small to large, as its registry entry declares them."""
+def configs_of(subject: str | Declaration) -> tuple[Config, ...]:
+    """The subject's configs, small to large, as its declaration (or its name's) says them."""
     from core.subjects import SUBJECTS
 
-    return tuple(Config(n, dict(params)) for n, params in SUBJECTS[name].configs)
+    entry = SUBJECTS[subject] if isinstance(subject, str) else subject
+    return tuple(Config(n, dict(params)) for n, params in entry.configs)
+
+
+def tolerances_of(subject: Declaration) -> dict[str, Tolerance]:
+    """The numerics bound of each output the declaration compares."""
+    return {name: Tolerance(**bound) for name, bound in subject.outputs.items()}
 
 
 class Workload(Protocol):
