@@ -32,7 +32,7 @@ dsrelu = grouped_gemm_dsrelu
 def test_what_the_registry_reads_from_the_source_is_what_the_module_declares(name: str) -> None:
     """The registry reads each declaration by ``ast``, the harness runs the module: one value."""
     module = importlib.import_module(f"runner.inside.subjects.{name}")
-    assert module.DECLARATION == SUBJECTS[name]
+    assert SUBJECTS[name] == module.DECLARATION
     subject = module.SUBJECT
     assert subject.name == name
     assert set(module.TOLERANCES) == set(SUBJECTS[name].outputs)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="sdpa_bwd",
