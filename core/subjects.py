@@ -187,6 +187,13 @@ def read_subject(path: Path, module: str = "") -> Subject | None:
     return subject
 
 
+def extra_home(extra: str) -> Path:
+    """The folder ``FE_CI_EXTRA_SUBJECTS`` puts on ``sys.path`` (and a stage must read): the
+    folder it names, or the folder of the file it names."""
+    where = Path(extra).resolve()
+    return where.parent if where.is_file() else where
+
+
 def declared(folder: Path = SUBJECTS_DIR, extra: str | None = None) -> dict[str, Subject]:
     """Every subject of ``folder``, then those of ``extra`` (``FE_CI_EXTRA_SUBJECTS``: a folder
     of subject modules or one such file, its folder put on ``sys.path`` so the harness imports
@@ -196,7 +203,7 @@ def declared(folder: Path = SUBJECTS_DIR, extra: str | None = None) -> dict[str,
         where = Path(extra).resolve()
         if not where.exists():
             raise DeclarationError(f"{EXTRA_SUBJECTS_ENV}={extra!r}: no such file or folder")
-        home = str(where.parent if where.is_file() else where)
+        home = str(extra_home(extra))
         if home not in sys.path:
             sys.path.append(home)
         found += [s for p in modules(where) if (s := read_subject(p, module=p.stem))]
