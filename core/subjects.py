@@ -215,14 +215,15 @@ def declared(folder: Path = SUBJECTS_DIR, extra: str | None = None) -> dict[str,
     return subjects
 
 
-SUBJECTS: dict[str, Subject] = declared(extra=os.environ.get(EXTRA_SUBJECTS_ENV))
+def families_of(subjects: Mapping[str, Subject]) -> tuple[str, ...]:
+    """Every family some subject runs on, older first: those a GPU job may be made for."""
+    found = {f for s in subjects.values() for f in s.families}
+    known = [f for f in _FAMILY_ORDER if f in found]
+    return (*known, *sorted(found - set(known)))
 
-FAMILIES: tuple[str, ...] = tuple(
-    sorted(
-        {f for s in SUBJECTS.values() for f in s.families},
-        key=lambda f: (_FAMILY_ORDER.index(f) if f in _FAMILY_ORDER else len(_FAMILY_ORDER), f),
-    )
-)
+
+SUBJECTS: dict[str, Subject] = declared(extra=os.environ.get(EXTRA_SUBJECTS_ENV))
+FAMILIES: tuple[str, ...] = families_of(SUBJECTS)
 
 FEATURES: tuple[Feature, ...] = (
     *(knob_feature(s) for s in SUBJECTS.values()),
