@@ -52,7 +52,8 @@ class Subject:
     note: str = ""
     # Where older releases keep the entry point, tried in order after ``entry_point``.
     alternates: tuple[str, ...] = ()
-    # The module with ``SUBJECT`` (and, if compile_only, ``compile_target``); "" = subjects/<name>.
+    # The module with ``SUBJECT`` (and, if compile_only, ``compile_target``): set by the registry,
+    # not declared: "" for a module of runner/inside/subjects/, the file's name for an extension's.
     module: str = ""
     # Whether the CuTe DSL can compile its sm_100a kernels on a host without such a GPU.
     compile_only: bool = False
@@ -75,6 +76,9 @@ class Subject:
     history: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("families", "alternates", "configs"):  # a list declared reads as a tuple
+            object.__setattr__(self, name, tuple(tuple(v) if name == "configs" else v
+                                                 for v in getattr(self, name)))  # fmt: skip
         for output, bound in self.outputs.items():
             if not isinstance(bound, Mapping) or set(bound) != {"atol", "rtol"}:
                 raise ValueError(f"{self.name}: output {output!r} needs {{'atol': A, 'rtol': R}}")

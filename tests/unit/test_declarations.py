@@ -158,3 +158,12 @@ def test_the_service_side_reads_every_subject_without_torch() -> None:
     assert out[1] == "[]"  # no subject module was imported
     declaring = [p.stem for p in SUBJECTS_DIR.glob("*.py") if "\nDECLARATION = " in p.read_text()]
     assert sorted(declaring) == sorted(SUBJECTS)
+
+
+def test_lists_in_a_declaration_read_as_tuples(tmp_path: Path) -> None:
+    (tmp_path / "listed.py").write_text(
+        "DECLARATION = Subject(name='listed', entry_point='e', knob='k', families=['sm_90'], "
+        "outputs={'dx': {'atol': 1, 'rtol': 1}}, configs=[['small', {'n': 1}]])\n"
+    )
+    listed = declared(tmp_path)["listed"]
+    assert (listed.families, listed.configs) == (("sm_90",), (("small", {"n": 1}),))
