@@ -1,33 +1,34 @@
-"""The subject registry: the one place that says everything about a subject.
+"""The subject registry: every subject, found by scanning one folder.
 
-One entry per frontend entry point that has a determinism knob: its entry point (and the older
-homes of it a release may still use), the knob and how to read it, the families it runs on, the
-outputs compared, the module that runs it (``subjects/<name>.py`` unless ``module`` says
-otherwise), whether its kernels can be compiled without its GPU, and, for the grouped-MLP
-dactivation backwards, the consumer's activation and TransformerEngine's class that gates it.
-Every other part of the runner and the service reads these; ``ledger.json`` keeps only the
-release history of each feature (from which release it is documented, and the sources).
+A subject is one frontend entry point with a determinism knob, declared once, in its own module
+``runner/inside/subjects/<name>.py``: ``DECLARATION = Subject(...)`` says its entry point (and
+the older homes of it a release may still use), the knob and how to read it, the families it runs
+on, its configs, the outputs compared with their tolerances, its release history, whether its
+kernels can be compiled without its GPU, and, for the grouped-MLP dactivation backwards, the
+consumer's activation and TransformerEngine's class that gates it. The same module holds the
+harness that runs it. This registry reads the declarations from the modules' source
+(``core/declarations.py``), so the service and every reader here need neither torch nor the
+candidate; ``ledger.json`` keeps only the history of the features that are no subject's knob.
 
 Standard library only: this module is imported both inside a candidate's environment (by the
 probe and the suites) and by the runner and the service. ``docs/adding-a-subject.md`` says how
-to add a subject, and how ``FE_CI_EXTRA_SUBJECTS`` adds one without touching this file (tests).
+to add a subject, and how ``FE_CI_EXTRA_SUBJECTS`` adds one from outside the folder (tests).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import json
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-FAMILIES: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
+from core.declarations import SUBJECTS_DIR, DeclarationError, declaration_fields, modules
+
 LEDGER_PATH = Path(__file__).with_name("ledger.json")
 EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
 
@@ -40,7 +41,9 @@ class Subject:
     )
     knob: str
     families: tuple[str, ...]
-    outputs: tuple[str, ...]
+    # The outputs compared, lower-case, each with its numerics bound
+    # ``{"atol": A, "rtol": R}`` (elementwise ``|x - ref| <= A + R * |ref|``).
+    outputs: Mapping[str, Mapping[str, float]]
     # How the knob is found: "signature" reads inspect.signature; "docstring" reads the first line
     # of a compiled pybind11 method's __doc__ (those have no readable signature).
     probe_method: str = "signature"
@@ -49,7 +52,8 @@ class Subject:
     note: str = ""
     # Where older releases keep the entry point, tried in order after ``entry_point``.
     alternates: tuple[str, ...] = ()
-    # The module with ``SUBJECT`` (and, if compile_only, ``compile_target``); "" = subjects/<name>.
+    # The module with ``SUBJECT`` (and, if compile_only, ``compile_target``): set by the registry,
+    # not declared: "" for a module of runner/inside/subjects/, the file's name for an extension's.
     module: str = ""
     # Whether the CuTe DSL can compile its sm_100a kernels on a host without such a GPU.
     compile_only: bool = False
@@ -67,6 +71,19 @@ class Subject:
     # The comparison point, when the subject declares one (a name in ``configs``); "" = chosen by
     # measuring, once per family: the first config whose control varied robustly.
     comparison: str = ""
+    # The knob's release history: ``since`` (the first release documented to have it),
+    # ``missing_in`` (later releases that lacked it again), ``source``, ``evidence``; {} = none.
+    history: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("families", "alternates", "configs"):  # a list declared reads as a tuple
+            object.__setattr__(self, name, tuple(tuple(v) if name == "configs" else v
+                                                 for v in getattr(self, name)))  # fmt: skip
+        for output, bound in self.outputs.items():
+            if not isinstance(bound, Mapping) or set(bound) != {"atol", "rtol"}:
+                raise ValueError(f"{self.name}: output {output!r} needs {{'atol': A, 'rtol': R}}")
+        if not self.outputs or not self.families:
+            raise ValueError(f"{self.name}: a subject compares at least one output on a family")
 
     @property
     def config_names(self) -> tuple[str, ...]:
@@ -95,7 +112,7 @@ class Subject:
 
     @property
     def module_name(self) -> str:
-        return self.module or f"runner.inside.subjects.{self.name}"
+        return self.module or f"{PACKAGE}.{self.name}"
 
     @property
     def feature(self) -> str:
@@ -138,76 +155,6 @@ def knob_feature(s: Subject) -> Feature:
     )
 
 
-# MXFP8 grouped GEMMs: a fused grouped MLP's FC2 backward; every config spans at least two
-# 256-wide N-tiles, and the seed's 16 experts x 1024 tokens at n=2048 is one of them.
-GROUPED_GEMM_CONFIGS: tuple[tuple[str, Mapping[str, Any]], ...] = (
-    ("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
-    ("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
-    ("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
-    ("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
-)
-
-BUILTIN_SUBJECTS: tuple[Subject, ...] = (
-    Subject(
-        name="grouped_gemm_dsrelu",
-        entry_point="cudnn.grouped_gemm_dsrelu_wrapper_sm100",
-        knob="deterministic",
-        families=("sm_100",),
-        outputs=("dprob", "dbias"),
-        note="default None follows torch.use_deterministic_algorithms",
-        compile_only=True,
-        activation="srelu",
-        consumer_class="GroupedMLP_CuTeGEMMUnary",
-        configs=GROUPED_GEMM_CONFIGS,
-    ),
-    Subject(
-        name="grouped_gemm_dglu",
-        entry_point="cudnn.grouped_gemm_dglu_wrapper_sm100",
-        knob="deterministic",
-        families=("sm_100",),
-        outputs=("dprob",),
-        fixed_kwargs={"act_func": "dswiglu"},
-        note="documented not to cover dbias",
-        compile_only=True,
-        activation="swiglu",
-        consumer_class="GroupedMLP_CuTeGEMMGLU",
-        configs=GROUPED_GEMM_CONFIGS,
-    ),
-    Subject(
-        name="flex_attention_bwd",
-        entry_point="cudnn.flex_attention.flex_attn_func",
-        knob="deterministic",
-        families=("sm_90", "sm_100"),
-        outputs=("dq", "dk", "dv"),
-        has="cudnn.flex_attention.flex_attn_func already takes 'deterministic'",
-        lacks="the build has no cudnn.flex_attention.flex_attn_func taking 'deterministic'",
-        # BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob
-        # off, 6 of 7 differed.
-        configs=(
-            ("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
-            ("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
-            ("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
-        ),
-    ),
-    Subject(
-        name="sdpa_bwd",
-        entry_point="cudnn._compiled_module.backend_graph.sdpa_backward",
-        knob="use_deterministic_algorithm",
-        families=("sm_80", "sm_90", "sm_100"),
-        outputs=("dq", "dk", "dv"),
-        probe_method="docstring",
-        alternates=("cudnn._compiled_module.pygraph.sdpa_backward",),
-        # Measured on an H200 (docs/determinism.md): the first never varied, the second
-        # varied weakly, the larger ones strongly.
-        configs=(
-            ("b1_h8_s512_d64_causal", {"b": 1, "h": 8, "s": 512, "d": 64, "causal": True}),
-            ("b4_h16_s2048_d128_causal", {"b": 4, "h": 16, "s": 2048, "d": 128, "causal": True}),
-            ("b4_h16_s4096_d128_causal", {"b": 4, "h": 16, "s": 4096, "d": 128, "causal": True}),
-            ("b8_h16_s4096_d128_causal", {"b": 8, "h": 16, "s": 4096, "d": 128, "causal": True}),
-        ),
-    ),
-)
-
 # Features that are not a subject's knob but still tell a version's truth.
 OTHER_FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -225,42 +172,78 @@ OTHER_FEATURES: tuple[Feature, ...] = (
 )
 
 
-def _extension() -> ModuleType | None:
-    """The file named by ``FE_CI_EXTRA_SUBJECTS``, its folder put on ``sys.path`` (tests)."""
-    path = os.environ.get(EXTRA_SUBJECTS_ENV)
-    if not path:
+PACKAGE = "runner.inside.subjects"
+# The families a GPU job may be made for, in the order they are listed (older first).
+_FAMILY_ORDER = ("sm_80", "sm_90", "sm_100")
+
+
+def read_subject(path: Path, module: str = "") -> Subject | None:
+    """The subject ``path`` declares (its module named ``module``; "" = the folder's), or None."""
+    fields = declaration_fields(path)
+    if fields is None:
         return None
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.append(folder)
-    spec = importlib.util.spec_from_file_location("fe_ci_extra_subjects", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{EXTRA_SUBJECTS_ENV}={path!r} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    try:
+        subject = Subject(**fields, module=module)
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(f"{path}: {exc}") from exc
+    if subject.name != path.stem:
+        raise DeclarationError(f"{path}: declares {subject.name!r}; a subject's file is its name")
+    return subject
 
 
-_EXTRA = _extension()
+def extra_home(extra: str) -> Path:
+    """The folder ``FE_CI_EXTRA_SUBJECTS`` puts on ``sys.path`` (and a stage must read): the
+    folder it names, or the folder of the file it names."""
+    where = Path(extra).resolve()
+    return where.parent if where.is_file() else where
 
-SUBJECTS: dict[str, Subject] = {
-    s.name: s for s in (*BUILTIN_SUBJECTS, *(getattr(_EXTRA, "SUBJECTS", None) or ()))
-}
+
+def declared(folder: Path = SUBJECTS_DIR, extra: str | None = None) -> dict[str, Subject]:
+    """Every subject of ``folder``, then those of ``extra`` (``FE_CI_EXTRA_SUBJECTS``: a folder
+    of subject modules or one such file, its folder put on ``sys.path`` so the harness imports
+    by the file's name), in name order within each."""
+    found = [s for p in modules(folder) if (s := read_subject(p))]
+    if extra:
+        where = Path(extra).resolve()
+        if not where.exists():
+            raise DeclarationError(f"{EXTRA_SUBJECTS_ENV}={extra!r}: no such file or folder")
+        home = str(extra_home(extra))
+        if home not in sys.path:
+            sys.path.append(home)
+        found += [s for p in modules(where) if (s := read_subject(p, module=p.stem))]
+    subjects: dict[str, Subject] = {}
+    for s in found:
+        if s.name in subjects:
+            raise DeclarationError(f"subject {s.name!r} is declared twice")
+        subjects[s.name] = s
+    return subjects
+
+
+def families_of(subjects: Mapping[str, Subject]) -> tuple[str, ...]:
+    """Every family some subject runs on, older first: those a GPU job may be made for."""
+    found = {f for s in subjects.values() for f in s.families}
+    known = [f for f in _FAMILY_ORDER if f in found]
+    return (*known, *sorted(found - set(known)))
+
+
+SUBJECTS: dict[str, Subject] = declared(extra=os.environ.get(EXTRA_SUBJECTS_ENV))
+FAMILIES: tuple[str, ...] = families_of(SUBJECTS)
 
 FEATURES: tuple[Feature, ...] = (
     *(knob_feature(s) for s in SUBJECTS.values()),
     *OTHER_FEATURES,
-    *(getattr(_EXTRA, "FEATURES", None) or ()),
 )
 
 
 def release_history(path: Path = LEDGER_PATH) -> dict[str, dict[str, Any]]:
-    """The ledger's release history by feature id: ``since``, ``missing_in``, sources."""
+    """The release history by feature id (``since``, ``missing_in``, sources): each subject's
+    knob from its declaration, the other features from ``ledger.json``."""
     with open(path) as fh:
         entries: list[dict[str, Any]] = json.load(fh)["features"]
     history = {e["id"]: e for e in entries}
-    history.update({e["id"]: e for e in getattr(_EXTRA, "HISTORY", None) or ()})
+    for s in SUBJECTS.values():
+        if s.history:
+            history[s.feature] = {"id": s.feature, **s.history}
     return history
 
 

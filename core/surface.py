@@ -55,8 +55,9 @@ def label(knob: Mapping[str, Any]) -> str:
 def subject_of(
     knob: Mapping[str, Any], subjects: Iterable[Subject] | None = None
 ) -> Subject | None:
-    """The subject that exercises this knob: same callable (by its last name, since a package
-    exports it under several paths) and, for a parameter, the same parameter. A wrapper that
+    """The subject that exercises this knob, from the subjects' declarations (a new subject's
+    file is enough): same callable (by its last name, since a package exports it under several
+    paths) and, for a parameter, the same parameter. A wrapper that
     reads the torch flag is covered by the subject of its knob (its default follows the flag)."""
     entry = str(knob.get("entry_point", ""))
     last = entry.rsplit(".", 1)[-1]

@@ -156,7 +156,7 @@ def _dist(name: str, dirs: list[Path]) -> md.Distribution | None:
 
 
 def _subjects_digest() -> str:
-    """The subject harnesses and the configs they compile (core/subjects.py declares them)."""
+    """The subject harnesses and the configs they compile (each module's declaration names them)."""
     h = hashlib.sha256()
     for path in sorted(SUBJECTS_SRC.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())

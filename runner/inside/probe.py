@@ -6,7 +6,7 @@ subject of the registry it reports whether the entry point imports, whether the 
 default (as a repr string) and which method answered: ``signature`` (``inspect.signature``) or
 ``docstring`` (the first line of a compiled pybind11 method's ``__doc__``). It also detects every
 feature of the registry, so the runner can compare what the build has with what its version
-claims (``ledger.json``). Problems are findings, never a crash.
+claims (each declaration's ``history``, and ``ledger.json``). Problems are findings, never a crash.
 
 An entry point the build does not have at all (a module or attribute that does not exist in this
 release) is ``not_applicable``; one the build has but that fails to import (a missing dependency,

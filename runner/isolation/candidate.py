@@ -77,7 +77,8 @@ def run_stage(
             cancel=cancel,
         )
     if outcome is None:
-        extra = (Path(x),) if (x := os.environ.get(subjects.EXTRA_SUBJECTS_ENV)) else ()
+        x = os.environ.get(subjects.EXTRA_SUBJECTS_ENV)
+        extra = (subjects.extra_home(x),) if x else ()
         with job.writing(*rw):
             outcome = sandbox.run(
                 [str(python), "-m", STAGE_MODULES[stage], *argv],
@@ -85,7 +86,7 @@ def run_stage(
                 log_path=log_path,
                 env=env,
                 cancel=cancel,
-                box=job.box(*rw, ro=(*ro, *(p.parent for p in extra))),
+                box=job.box(*rw, ro=(*ro, *extra)),
             )
     return outcome, out_path
 

@@ -20,6 +20,7 @@ CORE_SRC = Path(subjects.__file__).parent
 CORE_FOR_CANDIDATE = (
     "__init__.py",
     "subjects.py",
+    "declarations.py",
     "surface.py",
     "comparable.py",
     "harness.py",

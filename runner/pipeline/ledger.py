@@ -1,6 +1,7 @@
 """The version/feature ledger: does what a build has match what its version claims?
 
-``core/ledger.json`` records from which release each feature is documented; the registry
+Each subject's declaration (its ``history``) and, for the features that are no subject's knob,
+``core/ledger.json`` record from which release each feature is documented; the registry
 (``core/subjects.py``) says what each feature is, and the probe detects every feature on
 the build itself. A consumer that gates on the version string goes wrong
 in both directions, so both are findings:

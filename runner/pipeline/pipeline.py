@@ -97,7 +97,7 @@ class Pipeline:
         interpreter of the user's (``--preinstalled``)."""
         out = [self._layer.root] if self._layer is not None else []
         if extra := os.environ.get(subjects.EXTRA_SUBJECTS_ENV):
-            out.append(Path(extra).resolve().parent)
+            out.append(subjects.extra_home(extra))
         if self.opts.preinstalled:
             out += [*jobbox.interpreter_dirs(self.python), *self._candidate_sites()]
         return tuple(out)

@@ -125,8 +125,8 @@ def test_a_variable_read_at_import_given_another_value_gets_a_fresh_interpreter(
 ) -> None:
     """core/subjects.py reads FE_CI_EXTRA_SUBJECTS as it is imported: a child that sets it must
     see the subject it adds, which a fork of modules imported without it would not."""
-    extension = ROOT / "tests" / "toy_subject" / "extra_subjects.py"
-    assert extension.is_file()
+    extension = ROOT / "tests" / "toy_subject"
+    assert (extension / "toy_sum_bwd.py").is_file()
     code = ["-m", "cli.main", "configs"]
     plain = processes.run([sys.executable, *code], env=env(), text=True, timeout=120)
     added = processes.run([sys.executable, *code], text=True, timeout=120,

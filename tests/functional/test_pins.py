@@ -210,25 +210,23 @@ def test_fe_ci_pin_lists_and_re_pins(stream: Stream) -> None:
 EXTRA = """\
 from core.subjects import Subject
 
-SUBJECTS = (
-    Subject(
-        name="toy_sum_bwd",
-        entry_point="toy_frontend.sum_bwd",
-        knob="deterministic",
-        families=("sm_90",),
-        outputs=("dx",),
-        module="toy_sum_bwd",
-        configs={configs},
-        comparison={comparison!r},
-    ),
+DECLARATION = Subject(
+    name="toy_sum_bwd",
+    entry_point="toy_frontend.sum_bwd",
+    knob="deterministic",
+    families=("sm_90",),
+    outputs={{"dx": {{"atol": 1e-2, "rtol": 1e-4}}}},
+    configs={configs},
+    comparison={comparison!r},
 )
 """
 
 
 def test_a_new_subject_definition_starts_a_new_series(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The service reads the subject's definition from its registry (here an extension file, as
-    ``docs/adding-a-subject.md`` describes); restarted with a changed one, it starts afresh."""
-    extra = tmp_path / "extra_subjects.py"
+    """The service reads the subject's definition from its declaration (here a subject module
+    named by ``FE_CI_EXTRA_SUBJECTS``, as ``docs/adding-a-subject.md`` describes); restarted with
+    a changed one, it starts afresh."""
+    extra = tmp_path / "toy_sum_bwd.py"
     v1 = (("n4096", {"n": 4096}), ("n65536", {"n": 65536}))
     extra.write_text(EXTRA.format(configs=v1, comparison=""))
     svc = make_service(FE_CI_GPU_ARCHS="sm_90", FE_CI_EXTRA_SUBJECTS=str(extra))

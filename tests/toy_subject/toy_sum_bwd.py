@@ -1,4 +1,10 @@
-"""The harness side of the made-up ``toy_sum_bwd`` subject (see ``extra_subjects.py``)."""
+"""A made-up subject for tests, whole in one file: its declaration and its harness.
+
+It stands in for a new frontend knob (no such entry point exists in any frontend release), with
+``toy_frontend.py`` as the build's entry point. ``FE_CI_EXTRA_SUBJECTS`` naming this folder adds
+it to the registry; a copy of this file in ``runner/inside/subjects/`` adds it as a built-in
+subject is added.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
+from core.subjects import Subject
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
 
-CONFIGS = configs_of("toy_sum_bwd")
-TOLERANCES = {"dx": Tolerance(atol=1e-2, rtol=1e-4)}
+DECLARATION = Subject(
+    name="toy_sum_bwd",
+    entry_point="toy_frontend.sum_bwd",
+    knob="deterministic",
+    families=("sm_90",),
+    outputs={"dx": {"atol": 1e-2, "rtol": 1e-4}},
+    configs=(("n4096", {"n": 4096}), ("n65536", {"n": 65536})),
+    history={"since": "1.99.0", "source": "made up for tests", "evidence": "none"},
+)
+
+CONFIGS = configs_of(DECLARATION)
+TOLERANCES = tolerances_of(DECLARATION)
 
 
 @dataclass
@@ -33,7 +50,7 @@ class ToyWorkload:
 
 
 class ToySumBwd:
-    name = "toy_sum_bwd"
+    name = DECLARATION.name
     configs = CONFIGS
 
     def prepare(self, config: Config, device: torch.device) -> ToyWorkload:

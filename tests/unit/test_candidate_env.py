@@ -27,7 +27,7 @@ RUNNER = {
     "FE_CI_GITHUB_TOKEN": "ghp_githubtokenvalue",
     "FE_CI_URL": "http://127.0.0.1:8080",
     "FE_CI_CACHE_DIR": "/cache",
-    "FE_CI_EXTRA_SUBJECTS": "/srv/extra_subjects.py",
+    "FE_CI_EXTRA_SUBJECTS": "/srv/extra_subjects",
     "GITHUB_TOKEN": "ghp_othertokenvalue",
     "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
     "PIP_INDEX_URL": "https://index.example/simple",
@@ -60,7 +60,7 @@ def test_a_stage_gets_the_allowlist_and_nothing_else() -> None:
         "LC_ALL": "C.UTF-8",
         "CUDA_VISIBLE_DEVICES": "",  # the runner's choice wins over the host's
         "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
-        "FE_CI_EXTRA_SUBJECTS": "/srv/extra_subjects.py",
+        "FE_CI_EXTRA_SUBJECTS": "/srv/extra_subjects",
         "PYTHONPATH": "/job/src",
         "PYTHONDONTWRITEBYTECODE": "1",
     }

@@ -1,11 +1,14 @@
 """What the determinism harness needs from a subject, and helpers the subjects share.
 
-A subject module exposes ``SUBJECT``, an object with ``name``, ``configs`` (ordered small to
-large) and ``prepare(config, device)``, which builds identical inputs once and returns a
-``Workload``. ``Workload.run(knob)`` runs the backward once, from cleared gradients, with the knob
-on or off, and returns the outputs to compare by their lower-case names; ``reference()`` gives a
-float32 reference of the same outputs. Standard library and torch only: the candidate is imported
-inside ``prepare``, never at module import, so a CPU-only host can load every subject.
+A subject module declares the subject once, ``DECLARATION = core.subjects.Subject(...)`` in plain
+values (the registry reads it from the source: ``docs/adding-a-subject.md``), and takes its configs
+and tolerances from it (``configs_of``, ``tolerances_of``). It exposes ``SUBJECT``, an object with
+``name``, ``configs`` (ordered small to large) and ``prepare(config, device)``, which builds
+identical inputs once and returns a ``Workload``. ``Workload.run(knob)`` runs the backward once,
+from cleared gradients, with the knob on or off, and returns the outputs to compare by their
+lower-case names; ``reference()`` gives a float32 reference of the same outputs. Standard library
+and torch only: the candidate is imported inside ``prepare``, never at module import, so a
+CPU-only host can load every subject.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
+from core.subjects import Subject as Declaration
 
 
 @dataclass(frozen=True)
@@ -39,11 +44,17 @@ class Tolerance:
     rtol: float
 
 
-def configs_of(name: str) -> tuple[Config, ...]:
-    """The subject's configs, small to large, as its registry entry declares them."""
+def configs_of(subject: str | Declaration) -> tuple[Config, ...]:
+    """The subject's configs, small to large, as its declaration (or its name's) says them."""
     from core.subjects import SUBJECTS
 
-    return tuple(Config(n, dict(params)) for n, params in SUBJECTS[name].configs)
+    entry = SUBJECTS[subject] if isinstance(subject, str) else subject
+    return tuple(Config(n, dict(params)) for n, params in entry.configs)
+
+
+def tolerances_of(subject: Declaration) -> dict[str, Tolerance]:
+    """The numerics bound of each output the declaration compares."""
+    return {name: Tolerance(**bound) for name, bound in subject.outputs.items()}
 
 
 class Workload(Protocol):

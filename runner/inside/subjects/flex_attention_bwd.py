@@ -15,13 +15,40 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
+from core.subjects import Subject
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
 from runner.inside.subjects.sdpa_bwd import attention_reference
 
-# BSHD, bf16, causal (core/subjects.py)
-CONFIGS = configs_of("flex_attention_bwd")
+DECLARATION = Subject(
+    name="flex_attention_bwd",
+    entry_point="cudnn.flex_attention.flex_attn_func",
+    knob="deterministic",
+    families=("sm_90", "sm_100"),
+    outputs={
+        "dq": {"atol": 2e-2, "rtol": 2e-2},
+        "dk": {"atol": 2e-2, "rtol": 2e-2},
+        "dv": {"atol": 2e-2, "rtol": 2e-2},
+    },
+    has="cudnn.flex_attention.flex_attn_func already takes 'deterministic'",
+    lacks="the build has no cudnn.flex_attention.flex_attn_func taking 'deterministic'",
+    # BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob
+    # off, 6 of 7 differed.
+    configs=(
+        ("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
+        ("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
+        ("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
+    ),
+    history={
+        "since": "1.29.0",
+        "source": "NVIDIA/cudnn-frontend#775 'Add Flex Attention CuTe DSL kernels' "
+        "(2026-08-27); 1.29.0 release notes (NVIDIA/cudnn-frontend#1025)",
+        "evidence": "module cudnn.flex_attention absent in 1.3.0-1.28.0; present with "
+        "deterministic: bool = False in 1.29.0-1.32.0",
+    },
+)
 
-TOLERANCES = {name: Tolerance(atol=2e-2, rtol=2e-2) for name in ("dq", "dk", "dv")}
+CONFIGS = configs_of(DECLARATION)
+TOLERANCES = tolerances_of(DECLARATION)
 
 
 def causal_mask_func(b: int, s: int, device: torch.device) -> torch.Tensor:
@@ -69,7 +96,7 @@ class FlexWorkload:
 
 
 class FlexAttentionBwd:
-    name = "flex_attention_bwd"
+    name = DECLARATION.name
     configs = CONFIGS
     # its kernels persist in this subdirectory of the compile cache, one set for every config:
     # its deterministic arm compiled ahead in a process of its own when the cache is cold

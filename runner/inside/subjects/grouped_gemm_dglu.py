@@ -13,16 +13,42 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance
-from runner.inside.subjects.grouped_gemm_dsrelu import (
-    CONFIGS,
-    WRAPPER_KWARGS,
-    MoeInputs,
-    build_moe_inputs,
+from core.subjects import Subject
+from runner.inside.subjects.base import Config, Tolerance, configs_of, tolerances_of
+from runner.inside.subjects.grouped_gemm_dsrelu import WRAPPER_KWARGS, MoeInputs, build_moe_inputs
+
+DECLARATION = Subject(
+    name="grouped_gemm_dglu",
+    entry_point="cudnn.grouped_gemm_dglu_wrapper_sm100",
+    knob="deterministic",
+    families=("sm_100",),
+    outputs={"dprob": {"atol": 1e-1, "rtol": 1e-2}},
+    fixed_kwargs={"act_func": "dswiglu"},
+    note="documented not to cover dbias",
+    compile_only=True,
+    activation="swiglu",
+    consumer_class="GroupedMLP_CuTeGEMMGLU",
+    # grouped_gemm_dsrelu's shapes (C twice as wide)
+    configs=(
+        ("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
+        ("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
+        ("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
+        ("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
+    ),
+    history={
+        "since": "1.29.1",
+        "missing_in": ["1.30.0"],
+        "source": "registry wheels (no release note found that names it)",
+        "evidence": "wrapper first shipped in 1.21.0; absent in 1.21.0-1.29.0; present with "
+        "default False in 1.29.1; absent again in the 1.30.0 release; present with default False "
+        "in 1.31.0-1.32.0",
+    },
 )
 
 GLU_BLOCK = 32
-TOLERANCES = {"dprob": Tolerance(atol=1e-1, rtol=1e-2)}
+ACT_FUNC = DECLARATION.fixed_kwargs["act_func"]
+CONFIGS = configs_of(DECLARATION)
+TOLERANCES: dict[str, Tolerance] = tolerances_of(DECLARATION)
 
 
 def split_glu(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +92,7 @@ class DgluWorkload:
             sfb_tensor=x.sfb,
             norm_const_tensor=x.norm_const,
             d_dtype=torch.float8_e4m3fn,
-            act_func="dswiglu",
+            act_func=ACT_FUNC,
             deterministic=knob,
             **WRAPPER_KWARGS,
         )
@@ -77,7 +103,7 @@ class DgluWorkload:
 
 
 class GroupedGemmDglu:
-    name = "grouped_gemm_dglu"
+    name = DECLARATION.name
     configs = CONFIGS
 
     def prepare(self, config: Config, device: torch.device) -> DgluWorkload:
@@ -108,7 +134,7 @@ def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
             sfb_tensor=x.sfb,
             norm_const_tensor=x.norm_const,
             d_dtype=torch.float8_e4m3fn,
-            act_func="dswiglu",
+            act_func=ACT_FUNC,
             deterministic=knob,
             **WRAPPER_KWARGS,
         )

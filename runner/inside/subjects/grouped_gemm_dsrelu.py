@@ -21,18 +21,45 @@ from typing import Any
 
 import torch
 
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded
+from core.subjects import Subject
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+
+DECLARATION = Subject(
+    name="grouped_gemm_dsrelu",
+    entry_point="cudnn.grouped_gemm_dsrelu_wrapper_sm100",
+    knob="deterministic",
+    families=("sm_100",),
+    outputs={
+        "dprob": {"atol": 1e-1, "rtol": 1e-2},  # float32 output, fp32 accumulation
+        "dbias": {"atol": 1e-1, "rtol": 3e-2},  # bf16 output, bf16 per-M-block partials
+    },
+    note="default None follows torch.use_deterministic_algorithms",
+    compile_only=True,
+    activation="srelu",
+    consumer_class="GroupedMLP_CuTeGEMMUnary",
+    # MXFP8 grouped GEMMs: a fused grouped MLP's FC2 backward; every config spans at least two
+    # 256-wide N-tiles, and the seed's 16 experts x 1024 tokens at n=2048 is one of them.
+    configs=(
+        ("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
+        ("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
+        ("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
+        ("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
+    ),
+    history={
+        "since": "1.28.0",
+        "source": "NVIDIA/cudnn-frontend#521 (merged 2026-08-17; develop bumped to 1.28.0 by "
+        "#668 on 2026-08-19); NVIDIA/TransformerEngine#3407",
+        "evidence": "wrapper first shipped in 1.23.0 without the parameter; absent in "
+        "1.23.0-1.27.0; present with default None in 1.28.0-1.32.0",
+    },
+)
 
 SF_VEC = 32  # MXFP8: one E8M0 scale per 32 values along K
 M_ALIGNED = 256
 FP8_MAX = 448.0  # largest finite float8 e4m3fn
 
-CONFIGS = configs_of("grouped_gemm_dsrelu")  # the same shapes as grouped_gemm_dglu
-
-TOLERANCES = {
-    "dprob": Tolerance(atol=1e-1, rtol=1e-2),  # float32 output, fp32 accumulation
-    "dbias": Tolerance(atol=1e-1, rtol=3e-2),  # bf16 output, bf16 per-M-block partials
-}
+CONFIGS = configs_of(DECLARATION)  # the same shapes as grouped_gemm_dglu
+TOLERANCES = tolerances_of(DECLARATION)
 
 
 def tokens_per_expert(experts: int, tokens: int, seed: int = 5) -> list[int]:
@@ -215,7 +242,7 @@ class DsreluWorkload:
 
 
 class GroupedGemmDsrelu:
-    name = "grouped_gemm_dsrelu"
+    name = DECLARATION.name
     configs = CONFIGS
 
     def prepare(self, config: Config, device: torch.device) -> DsreluWorkload:
