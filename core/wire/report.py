@@ -42,6 +42,9 @@ class JobReport(WireModel):
     stages: list[StageResult] = Field(default_factory=list)
     # a queued job no alive runner can take, said so: "no runner with arch=sm_100 is alive"
     waiting: str | None = None
+    # a GPU job that reuses the CPU job's refusal decisions (its family's rows are intercepted
+    # decisions, the same as on a CPU): that job's id; its refusal stage says what they were
+    refusal_from: int | None = None
 
 
 class DriftReport(DriftRow):

@@ -15,6 +15,7 @@ from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobState, Stage
 from service.config import Settings
 from service.db import locks_rows
+from service.jobs.refusal_reuse import gpu_stages
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 from service.results import events
 
@@ -55,7 +56,8 @@ def create_jobs(
     *,
     only: tuple[list[Stage], str | None, list[str] | None] | None = None,
 ) -> list[Job]:
-    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits).
+    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits); a
+    GPU job runs refusal only where its family changes the CPU job's decisions (sm_100).
 
     ``only=(stages, family, subjects)``: one job that runs just those stages (and subjects), the
     CPU job where ``family`` is None, else that family's GPU job (a bisection step runs only what
@@ -75,7 +77,8 @@ def create_jobs(
     deadline = now + timedelta(hours=settings.gpu_wait_hours)
     families = gpu_families(session, settings, now) if only is None else [only_family]
     for family in (f for f in families if f):
-        stages = list(GPU_STAGES) if only is None else stages
+        if only is None:  # refusal where the family changes it (service/jobs/refusal_reuse.py)
+            stages = gpu_stages(GPU_STAGES, family, has_cpu_job=True)
         jobs.append(
             Job(
                 kind=JobKind.gpu,

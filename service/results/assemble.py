@@ -44,6 +44,7 @@ from service.models import (
     StageRow,
     utcnow,
 )
+from service.results import reused_refusal
 from service.results.determinism_records import history_rows
 
 T = TypeVar("T")
@@ -158,6 +159,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         for j in jobs
     ]
+    job_reports = reused_refusal.attach(job_reports, jobs)
     findings = _rows(session, FindingRow, build.id)
     caps = _rows(session, CapabilityRow, build.id)
     drift = _rows(session, DriftRowDB, build.id)
