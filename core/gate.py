@@ -43,8 +43,8 @@ from core.wire import (
     Conclusion,
     Gate,
     JobKind,
+    JobOutcome,
     JobReport,
-    JobState,
     Severity,
     Stage,
     StageResult,
@@ -175,7 +175,7 @@ def _stage(report: BuildReport, stage: Stage) -> tuple[Conclusion, str]:
     jobs: list[JobReport] = []
     for job in report.jobs:
         ran = [s for s in job.stages if s.name == stage]
-        ended_in_error = job.status == JobState.finished and job.reason.startswith("error")
+        ended_in_error = job.outcome == JobOutcome.error
         if ran or job.status in OPEN_JOBS or ended_in_error:
             jobs.append(job.model_copy(update={"stages": ran}))
     errors = [

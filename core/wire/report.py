@@ -22,6 +22,7 @@ from core.wire.vocabulary import (
     BuildStatus,
     Conclusion,
     JobKind,
+    JobOutcome,
     JobState,
     Stage,
     Status,
@@ -37,6 +38,7 @@ class JobReport(WireModel):
     runner: str | None = None
     attempt: int = 1
     status: JobState
+    outcome: JobOutcome | None = None  # how it ended (None: still open); ``reason`` says why
     reason: str = ""
     environment: Environment = Field(default_factory=Environment)
     stages: list[StageResult] = Field(default_factory=list)

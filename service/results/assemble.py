@@ -21,6 +21,7 @@ from core.wire import (
     Environment,
     Finding,
     JobKind,
+    JobOutcome,
     JobReport,
     JobState,
     RefusalReport,
@@ -148,6 +149,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             runner=j.runner.name if j.runner else None,
             attempt=j.attempt,
             status=JobState(j.state),
+            outcome=JobOutcome(j.outcome) if j.outcome else None,
             reason=j.reason,
             environment=stored(Environment, **(j.environment or {})),
             stages=sorted(
