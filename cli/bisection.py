@@ -20,7 +20,16 @@ import typer
 from cli.common import fail, parse_stages
 from core import commits, transitions
 from core.bisection import DEFAULT_MAX_BUILDS, Answer, Outcome, Search
-from core.wire import BuildReport, BuildStatus, Capability, JobKind, JobReport, JobState, Verdict
+from core.wire import (
+    BuildReport,
+    BuildStatus,
+    Capability,
+    JobKind,
+    JobOutcome,
+    JobReport,
+    JobState,
+    Verdict,
+)
 from runner import build
 from runner.agent import labels
 from runner.config import RunnerSettings
@@ -54,7 +63,12 @@ class _Local:
         typer.echo(f"  ... {sha[:12]} building", err=True)
         built_stage, built = build.build_commit(self.s, str(self.repo), sha, work)
         if built is None:
-            job = JobReport(kind=JobKind.build, status=JobState.finished, stages=[built_stage])
+            job = JobReport(
+                kind=JobKind.build,
+                status=JobState.finished,
+                outcome=JobOutcome.ran,
+                stages=[built_stage],
+            )
             return BuildReport(
                 source="commit", status=BuildStatus.finished, verdict=Verdict.fail, jobs=[job]
             )

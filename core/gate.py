@@ -43,8 +43,8 @@ from core.wire import (
     Conclusion,
     Gate,
     JobKind,
+    JobOutcome,
     JobReport,
-    JobState,
     Severity,
     Stage,
     StageResult,
@@ -146,13 +146,26 @@ def _requirement(report: BuildReport, name: str) -> tuple[Conclusion, str]:
     return _stage(report, Stage(name))
 
 
+def awaits_reused(report: BuildReport, job: JobReport) -> str | None:
+    """A finished GPU job whose reused refusal decisions are not made yet: why it is pending."""
+    source = next((j for j in report.jobs if j.id == job.refusal_from), None)
+    if job.refusal_from is None or source is None or source.status not in OPEN_JOBS:
+        return None
+    return f"waiting for the refusal decisions of the cpu job (job {source.id})"
+
+
 def _family(report: BuildReport, family: str) -> tuple[Conclusion, str]:
     jobs = [j for j in report.jobs if j.kind == JobKind.gpu and j.family == family]
     if not jobs:
         if report.verdict == Verdict.pending and any(j.status in OPEN_JOBS for j in report.jobs):
             return Conclusion.pending, f"no {family} job yet"
         return Conclusion.neutral, f"no {family} job ({no_runner([family])})"
-    judged = [_of(judge_job(report, job)) for job in jobs]
+    judged = [
+        (Conclusion.pending, why)
+        if (why := awaits_reused(report, job))
+        else _of(judge_job(report, job))
+        for job in jobs
+    ]
     return min(judged, key=lambda j: _ORDER.index(j[0]))
 
 
@@ -162,7 +175,7 @@ def _stage(report: BuildReport, stage: Stage) -> tuple[Conclusion, str]:
     jobs: list[JobReport] = []
     for job in report.jobs:
         ran = [s for s in job.stages if s.name == stage]
-        ended_in_error = job.status == JobState.finished and job.reason.startswith("error")
+        ended_in_error = job.outcome == JobOutcome.error
         if ran or job.status in OPEN_JOBS or ended_in_error:
             jobs.append(job.model_copy(update={"stages": ran}))
     errors = [

@@ -29,6 +29,11 @@ from typing import Any
 
 from core.declarations import SUBJECTS_DIR, DeclarationError, declaration_fields, modules
 
+# The families where the refusal stage runs rows for real (the grouped-GEMM wrappers' own GPU, the
+# determinism harness behind its ``deterministic`` rows). On every other family each row is an
+# intercepted decision, the same as on a CPU: a build's GPU job of such a family reuses its CPU
+# job's decisions instead of making them again.
+HARNESS_REFUSAL_FAMILIES: tuple[str, ...] = ("sm_100",)
 LEDGER_PATH = Path(__file__).with_name("ledger.json")
 EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
 
@@ -255,6 +260,11 @@ def knob_release(name: str) -> str:
     missing = entry.get("missing_in") or []
     gaps = f" (not {', '.join(missing)})" if missing else ""
     return f"{entry['since']} or later{gaps}"
+
+
+def reuses_refusal(family: str | None) -> bool:
+    """Whether a GPU job of ``family`` makes the same refusal decisions as the CPU job does."""
+    return family is not None and family not in HARNESS_REFUSAL_FAMILIES
 
 
 def family_of(major: int, minor: int) -> str | None:

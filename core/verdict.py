@@ -15,6 +15,7 @@ from core.wire import (
     BuildReport,
     Cause,
     JobKind,
+    JobOutcome,
     JobReport,
     JobState,
     NotRun,
@@ -184,7 +185,7 @@ def _verdict(report: BuildReport) -> Judgement:
         if stage.status in ERRORED:
             return Judgement(Verdict.error, f"{stage.name} {stage.status}: {stage.reason}")
     for job in jobs:
-        if job.status == JobState.finished and job.reason.startswith("error"):
+        if job.outcome == JobOutcome.error:
             return Judgement(Verdict.error, f"{job.kind} job: {job.reason}")
 
     for _job, stage in stages:
@@ -205,7 +206,7 @@ def _verdict(report: BuildReport) -> Judgement:
             why = stage.reason if said else f"skipped: {stage.reason}"
             return Judgement(Verdict.incomplete, f"{stage.name}: {why}")
     for job in jobs:
-        if job.status == JobState.finished and job.reason.startswith("skipped"):
+        if job.outcome == JobOutcome.skipped:
             return Judgement(Verdict.incomplete, f"{job.family or job.kind} job {job.reason}")
     if not stages:
         return Judgement(Verdict.incomplete, "no stage ran")
@@ -295,7 +296,7 @@ def causes(report: BuildReport) -> list[Cause]:
                 )
             )
     for job in report.jobs:
-        if job.status == JobState.finished and job.reason.startswith("error"):
+        if job.outcome == JobOutcome.error:
             errored.append(
                 Cause(
                     kind="job",
@@ -345,7 +346,7 @@ def missed_stages(report: BuildReport) -> list[Missed]:
         for stage in job.stages:
             if stage.status == Status.skipped:
                 out.append(Missed(f"{stage.name.value} ({label})", stage.reason or "skipped"))
-        if not job.stages and job.status == JobState.finished and job.reason.startswith("skip"):
+        if not job.stages and job.outcome == JobOutcome.skipped:
             out.append(Missed(label, job.reason))
     return out
 

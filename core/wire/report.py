@@ -22,6 +22,7 @@ from core.wire.vocabulary import (
     BuildStatus,
     Conclusion,
     JobKind,
+    JobOutcome,
     JobState,
     Stage,
     Status,
@@ -37,11 +38,15 @@ class JobReport(WireModel):
     runner: str | None = None
     attempt: int = 1
     status: JobState
+    outcome: JobOutcome | None = None  # how it ended (None: still open); ``reason`` says why
     reason: str = ""
     environment: Environment = Field(default_factory=Environment)
     stages: list[StageResult] = Field(default_factory=list)
     # a queued job no alive runner can take, said so: "no runner with arch=sm_100 is alive"
     waiting: str | None = None
+    # a GPU job that reuses the CPU job's refusal decisions (its family's rows are intercepted
+    # decisions, the same as on a CPU): that job's id; its refusal stage says what they were
+    refusal_from: int | None = None
 
 
 class DriftReport(DriftRow):

@@ -65,6 +65,15 @@ class JobState(StrEnum):
     cancelled = "cancelled"
 
 
+class JobOutcome(StrEnum):
+    """How an ended job ended; its human ``reason`` says why. None while the job is open."""
+
+    ran = "ran"  # its runner finished it: its stages say the rest
+    error = "error"  # it ended without its results (its runner said why, or was lost 3 times)
+    skipped = "skipped"  # it never ran (no runner of its family in time, no wheel to run)
+    cancelled = "cancelled"  # the build was cancelled
+
+
 class BuildStatus(StrEnum):
     queued = "queued"
     running = "running"

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from core.subjects import HARNESS_REFUSAL_FAMILIES
 from runner.inside import consumer
 from runner.inside._io import run_stage
 from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
@@ -124,7 +125,7 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
         }
     )
     reason_extra = ""
-    if params.get("family") == "sm_100" and determinism is None:
+    if params.get("family") in HARNESS_REFUSAL_FAMILIES and determinism is None:
         checks.append(
             {
                 "name": "refusal.determinism_harness",

@@ -17,6 +17,7 @@ from core.wire import (
     Conclusion,
     DriftReport,
     JobKind,
+    JobOutcome,
     JobReport,
     JobState,
     RefusalReport,
@@ -40,6 +41,7 @@ def local_report(
         family=family,
         runner="local",
         status=JobState.finished,
+        outcome=JobOutcome.ran,
         environment=result.environment,
         stages=[s.model_copy(update={"surface": []}) for s in result.stages],
     )

@@ -25,6 +25,7 @@ from core.wire import (
     JobFinish,
     JobKind,
     JobLease,
+    JobOutcome,
     JobState,
     LeasedPost,
     Stage,
@@ -40,7 +41,7 @@ from service.deps import (
     session_maker,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
-from service.jobs import queue, wake
+from service.jobs import queue, transitions, wake
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
 from service.results import (
@@ -232,14 +233,13 @@ def finish_job(
     job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
     if job.state == JobState.cancelled:
         return {"state": job.state}
-    job.state = JobState.finished
-    job.finished_at = utcnow()
     job.environment = body.environment.model_dump()
     if body.error:
         secrets = logs.secret_values(settings, body.lease_token, bearer(request))
-        job.reason = f"error: {logs.redact(body.error, secrets)}"
+        reason = f"error: {logs.redact(body.error, secrets)}"
+        transitions.end(job, JobOutcome.error, reason, utcnow())
     else:
-        job.reason = ""
+        transitions.end(job, JobOutcome.ran, "", utcnow())
     job.lease_token_hash = None
     if job.kind == "build":
         queue.release_waiting(session, job.build)

@@ -12,9 +12,11 @@ from sqlalchemy import Select, and_, case, delete, false, or_, select, true, upd
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.verdict import OPEN_JOBS
-from core.wire import JobKind, JobState, Stage
+from core.wire import JobKind, JobOutcome, JobState, Stage
 from service.config import Settings
 from service.db import locks_rows
+from service.jobs import transitions
+from service.jobs.refusal_reuse import gpu_stages
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 from service.results import events
 
@@ -55,7 +57,8 @@ def create_jobs(
     *,
     only: tuple[list[Stage], str | None, list[str] | None] | None = None,
 ) -> list[Job]:
-    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits).
+    """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits); a
+    GPU job runs refusal only where its family changes the CPU job's decisions (sm_100).
 
     ``only=(stages, family, subjects)``: one job that runs just those stages (and subjects), the
     CPU job where ``family`` is None, else that family's GPU job (a bisection step runs only what
@@ -72,10 +75,11 @@ def create_jobs(
     stages, only_family, subjects = only if only is not None else (list(CPU_STAGES), None, None)
     if only is None or only_family is None:
         jobs.append(Job(kind=JobKind.cpu, stages=list(stages), state=first_state))
-    deadline = now + timedelta(hours=settings.gpu_wait_hours)
+    deadline = transitions.gpu_wait_deadline(settings, now)
     families = gpu_families(session, settings, now) if only is None else [only_family]
     for family in (f for f in families if f):
-        stages = list(GPU_STAGES) if only is None else stages
+        if only is None:  # refusal where the family changes it (service/jobs/refusal_reuse.py)
+            stages = gpu_stages(GPU_STAGES, family, has_cpu_job=True)
         jobs.append(
             Job(
                 kind=JobKind.gpu,
@@ -132,16 +136,13 @@ def end_attempt(session: Session, job: Job, now: datetime) -> None:
     """The leased attempt is over without a result (its lease expired, or its runner gave it up):
     queue the job again as the next attempt (at most 3), what the attempt posted removed."""
     _clear_attempt(session, job.id)
-    job.runner_id = None
-    job.lease_token_hash = None
-    job.lease_expires_at = None
     if job.attempt >= MAX_ATTEMPTS:
-        job.state = JobState.finished
-        job.reason = f"error: the lease expired {job.attempt} times (runner lost)"
-        job.finished_at = now
+        job.runner_id = None
+        job.lease_expires_at = None
+        reason = f"error: the lease expired {job.attempt} times (runner lost)"
+        transitions.end(job, JobOutcome.error, reason, now)
     else:
-        job.state = JobState.queued
-        job.attempt += 1
+        transitions.requeue(job, next_attempt=True)
 
 
 def seen_claiming(session: Session, runner_id: int, since: datetime) -> Runner | None:
@@ -190,11 +191,7 @@ def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) ->
             return
         if job.lease_token_hash != hash_token(lease_token):
             return
-        job.state = JobState.queued
-        job.runner_id = None
-        job.lease_token_hash = None
-        job.lease_expires_at = None
-        job.started_at = None
+        transitions.requeue(job, next_attempt=False)
         log.info("event=lease_handed_back job=%s (the claim's client was gone)", job.id)
         events.job_changed(session, job.build_id)
         session.commit()
@@ -239,9 +236,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         )
     ).all()
     for job in overdue:
-        job.state = JobState.finished
-        job.reason = f"skipped: no {job.family} runner"
-        job.finished_at = now
+        transitions.end(job, JobOutcome.skipped, f"skipped: no {job.family} runner", now)
         changed += 1
     if changed:
         session.flush()
@@ -294,9 +289,7 @@ def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> N
     build.cancelled_at = build.cancelled_at or now
     for job in session.scalars(select(Job).where(Job.build_id == build.id)):
         if job.state in OPEN_JOBS:
-            job.state = JobState.cancelled
-            job.finished_at = now
-            job.reason = reason
+            transitions.end(job, JobOutcome.cancelled, reason, now)
     events.job_changed(session, build.id)
 
 
@@ -307,10 +300,7 @@ def release_waiting(session: Session, build: Build) -> None:
         if job.state != JobState.waiting:
             continue
         if build.sha256 is None:
-            job.state = JobState.finished
-            job.finished_at = now
-            job.reason = "skipped: the build job produced no wheel"
+            reason = "skipped: the build job produced no wheel"
+            transitions.end(job, JobOutcome.skipped, reason, now)
         else:
-            job.state = JobState.queued
-            if job.wait_deadline is not None:  # the GPU wait starts when there is a wheel
-                job.wait_deadline = now + (job.wait_deadline - job.created_at)
+            transitions.release(job, now)

@@ -19,7 +19,6 @@ commit must not become the branch's head (the badge, notifications and bisection
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -28,7 +27,7 @@ from sqlalchemy.orm import Session
 from core.wire import JobKind, JobState
 from service.config import Settings
 from service.errors import Conflict
-from service.jobs import queue
+from service.jobs import queue, transitions
 from service.models import PER_JOB_TABLES, Build, DeterminismRecord, Job, StageLog, utcnow
 from service.uploads import uploads
 
@@ -128,7 +127,7 @@ def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> B
                 created_at=now,
             )
             if old.kind == JobKind.gpu:
-                fresh.wait_deadline = now + timedelta(hours=settings.gpu_wait_hours)
+                fresh.wait_deadline = transitions.gpu_wait_deadline(settings, now)
             new.jobs.append(fresh)
             continue
         copy = _clone(old, build_id=new.id, lease_token_hash=None, lease_expires_at=None)

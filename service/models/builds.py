@@ -89,6 +89,9 @@ class Job(Base):
     stages: Mapped[list[str]] = mapped_column(JSON, default=list)
     subjects: Mapped[list[str] | None] = mapped_column(JSON)  # None: every subject
     state: Mapped[str] = mapped_column(String(16), default="queued")
+    # how an ended job ended (core.wire.JobOutcome; None while open), set with its state by
+    # service/jobs/transitions.py; ``reason`` is the human why, never parsed
+    outcome: Mapped[str | None] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.gate import ALL
+from core.gate import ALL, awaits_reused
 from core.text import shorten
 from core.verdict import ERRORED, judge_job
 from core.wire import (
@@ -196,6 +196,8 @@ def job_status(report: BuildReport, job: JobReport, public_url: str) -> CommitSt
         return status("pending", f"running on {job.runner or 'a runner'}", "in_progress")
     if job.status == JobState.cancelled:
         verdict, reason = Verdict.cancelled, "the build was cancelled"
+    elif why := awaits_reused(report, job):
+        return status("pending", why, "in_progress")
     else:
         judged = judge_job(report, job)
         verdict, reason = judged.verdict, judged.reason

@@ -21,6 +21,7 @@ from core.wire import (
     Environment,
     Finding,
     JobKind,
+    JobOutcome,
     JobReport,
     JobState,
     RefusalReport,
@@ -44,6 +45,7 @@ from service.models import (
     StageRow,
     utcnow,
 )
+from service.results import reused_refusal
 from service.results.determinism_records import history_rows
 
 T = TypeVar("T")
@@ -147,6 +149,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             runner=j.runner.name if j.runner else None,
             attempt=j.attempt,
             status=JobState(j.state),
+            outcome=JobOutcome(j.outcome) if j.outcome else None,
             reason=j.reason,
             environment=stored(Environment, **(j.environment or {})),
             stages=sorted(
@@ -158,6 +161,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         for j in jobs
     ]
+    job_reports = reused_refusal.attach(job_reports, jobs)
     findings = _rows(session, FindingRow, build.id)
     caps = _rows(session, CapabilityRow, build.id)
     drift = _rows(session, DriftRowDB, build.id)

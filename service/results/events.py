@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core.wire import BuildReport
 from service.db import locks_rows
+from service.jobs import refusal_reuse
 from service.models import Build, utcnow
 from service.outbound import github
 from service.results import stored_reports
@@ -60,6 +61,8 @@ def job_changed(session: Session, build_id: int) -> BuildReport | None:
     build = _locked_build(session, build_id)
     if build is None:
         return None
+    for job in refusal_reuse.give_back(build):  # the CPU job ended without its refusal decisions
+        log.info("event=refusal_given_back build=%s job=%s", build.id, job.id)
     report = build_report(session, build)
     log.debug("event=report_computed build=%s status=%s", build.id, report.status)
     if build.source == "commit" and build.commit:

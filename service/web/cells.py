@@ -16,7 +16,7 @@ from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner
-from core.wire import JobKind, JobState, Stage, Status, Verdict
+from core.wire import JobKind, JobOutcome, JobState, Stage, Status, Verdict
 from service.jobs.capable import waiting_reason
 
 # Worst first: the state a cell shows when several jobs or checks disagree. The statuses keep
@@ -64,6 +64,7 @@ class JobView:
     family: str | None
     stages: list[str]
     state: str
+    outcome: str | None
     reason: str
     attempt: int
     runner: str | None
@@ -130,7 +131,7 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
         return Cell.of("pending", f"queued (attempt {job.attempt})")
     if job.state == JobState.cancelled:
         return Cell.of("cancelled", job.reason or "cancelled")
-    if job.reason.startswith("error"):
+    if job.outcome == JobOutcome.error:
         return Cell.of("error", job.reason)
     return Cell.of("skipped", job.reason or "the job ended without reporting this stage")
 

@@ -93,6 +93,7 @@ def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]
             Job.family,
             Job.stages,
             Job.state,
+            Job.outcome,
             Job.reason,
             Job.attempt,
             Runner.name,

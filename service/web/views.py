@@ -164,6 +164,12 @@ def read_build_page(
     snapshot = live.snapshot(session, settings, build_id, now)
     job_labels = {j.id: f"{j.family or j.kind.value} job {j.id}" for j in report.jobs if j.id}
     refusal = _refusal_matrices(report.refusal, job_labels)
+    for m in refusal:  # a GPU job that reused a job's decisions is named beside that job's
+        m.labels += [
+            f"{job_labels[j.id]} (reused)"
+            for j in report.jobs
+            if j.id and j.refusal_from in m.job_ids
+        ]
     response = templates.TemplateResponse(
         request,
         "build.html",

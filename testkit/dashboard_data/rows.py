@@ -134,6 +134,7 @@ class Ctx:
         *,
         runner: str | None = None,
         reason: str = "",
+        outcome: str | None = None,
         env: dict[str, Any] | None = None,
         attempt: int = 1,
     ) -> int:
@@ -146,6 +147,7 @@ class Ctx:
             family=family,
             stages=stages,
             state=state,
+            outcome=outcome or {"finished": "ran", "cancelled": "cancelled"}.get(state),
             reason=reason,
             attempt=attempt,
             runner_id=self.runners.get(runner) if runner else None,

@@ -123,7 +123,15 @@ def scenario_incomplete(c: Ctx) -> int:
     g = gpu_job(c, b, "sm_90", sm90_results())
     c.drift(b, g, "sm_90", "sdpa_bwd", control=7)
     c.drift(b, g, "sm_90", "flex_attention_bwd", control=11)
-    c.job(b, "gpu", "sm_100", GPU_STAGES, "finished", reason="skipped: no sm_100 runner")
+    c.job(
+        b,
+        "gpu",
+        "sm_100",
+        GPU_STAGES,
+        "finished",
+        reason="skipped: no sm_100 runner",
+        outcome="skipped",
+    )
     c.finding(
         b,
         cpu,

@@ -94,7 +94,7 @@ def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str, blackwell: bool 
     ]
     _post(gpu, lease, {"name": "determinism", "status": sdpa, "checks": checks})
     _post(gpu, lease, {"name": "numerics", "status": "pass"})
-    _post(gpu, lease, {"name": "refusal", "status": "pass"})
+    assert "refusal" not in lease["stages"]  # an sm_90 job reuses the CPU job's decisions
     _finish(gpu, lease)
 
     cpu = register(svc, "cpu-1")
@@ -150,9 +150,11 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
         "waiting for the wheel",
         "waiting for an sm_90 runner",
         "running on gpu-1",
+        # its refusal decisions are the CPU job's: pending until that job has made them
+        "waiting for the refusal decisions of the cpu job (job 2)",
         "pass: everything applicable ran and passed",
     ]
-    assert [s["state"] for s in sm90] == ["pending", "pending", "pending", "success"]
+    assert [s["state"] for s in sm90] == ["pending"] * 4 + ["success"]
     job_ids = [j["id"] for j in loopback.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]]
     assert sm90[-1]["target_url"].startswith(f"https://ci.example.org/builds/{build_id}#job-")
     assert int(sm90[-1]["target_url"].rsplit("-", 1)[1]) in job_ids

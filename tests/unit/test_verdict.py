@@ -11,6 +11,7 @@ from core.wire import (
     Check,
     Finding,
     JobKind,
+    JobOutcome,
     JobReport,
     JobState,
     Severity,
@@ -45,8 +46,13 @@ def job(
     family: str | None = "sm_90",
     state: JobState = JobState.finished,
     reason: str = "",
+    outcome: JobOutcome | None = None,
 ) -> JobReport:
-    return JobReport(kind=kind, family=family, status=state, stages=list(stages), reason=reason)
+    if outcome is None and state == JobState.finished:
+        outcome = JobOutcome.ran
+    return JobReport(
+        kind=kind, family=family, status=state, stages=list(stages), reason=reason, outcome=outcome
+    )
 
 
 def report(
@@ -122,7 +128,13 @@ def test_error_on_error_timeout_or_crashed_stage() -> None:
 
 def test_error_on_a_job_that_ended_in_error_after_its_retries() -> None:
     r = report(
-        job(*GOOD), job(kind=JobKind.cpu, family=None, reason="error: the lease expired 3 times")
+        job(*GOOD),
+        job(
+            kind=JobKind.cpu,
+            family=None,
+            reason="error: the lease expired 3 times",
+            outcome=JobOutcome.error,
+        ),
     )
     assert judge(r).verdict == Verdict.error
 
@@ -169,7 +181,10 @@ def test_incomplete_when_a_stage_was_skipped() -> None:
 
 
 def test_incomplete_when_a_gpu_job_ended_without_a_runner() -> None:
-    r = report(job(*GOOD), job(family="sm_100", reason="skipped: no sm_100 runner"))
+    r = report(
+        job(*GOOD),
+        job(family="sm_100", reason="skipped: no sm_100 runner", outcome=JobOutcome.skipped),
+    )
     assert judge(r).verdict == Verdict.incomplete
 
 
@@ -192,7 +207,7 @@ def test_every_subject_that_did_not_run_is_named_with_its_reason() -> None:
         "flex_attention_bwd": cap(present=False),
     }
     sm90 = job(*GOOD[:2], det("sdpa_bwd", Status.pass_))
-    sm100 = job(family="sm_100", reason="skipped: no sm_100 runner")
+    sm100 = job(family="sm_100", reason="skipped: no sm_100 runner", outcome=JobOutcome.skipped)
     j = judge(report(sm90, sm100, caps=caps))
     assert j.verdict == Verdict.incomplete
     assert [(n.subject, n.status, n.reason) for n in j.not_run] == [
