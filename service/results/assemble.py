@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from core import assemble as assembler
 from core import gate
 from core.verdict import OPEN_JOBS
 from core.wire import (
@@ -94,36 +95,29 @@ def _stage_result(row: StageRow) -> StageResult:
     )
 
 
-def replaces(held_method: str | None, method: str | None, *, held: bool) -> bool:
-    """Across a build's jobs (rows in id order), which probe speaks for a subject: the first one,
-    unless it could not read the knob (no method answered) and a later one could. The report and
-    the grid both decide with this."""
-    return not held or (bool(method) and not held_method)
+def capabilities_of(rows: Iterable[CapabilityRow]) -> list[tuple[str, Capability]]:
+    """Capability rows as the wire's, in the order given."""
+    return [
+        (
+            row.subject,
+            stored(
+                Capability,
+                importable=row.importable,
+                knob=row.knob,
+                present=row.present,
+                default=row.default,
+                method=row.method,
+                error=row.error,
+                entry_point=row.entry_point,
+            ),
+        )
+        for row in rows
+    ]
 
 
 def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
-    """One view per subject across jobs: a job that read the knob wins over one that could not.
-
-    The build's capabilities in its report, and what the next build of its line is compared
-    with (``feature_regression.py``), as ``fe-ci validate --previous REPORT.json`` compares
-    with a report's.
-    """
-    out: dict[str, Capability] = {}
-    for row in rows:
-        cap = stored(
-            Capability,
-            importable=row.importable,
-            knob=row.knob,
-            present=row.present,
-            default=row.default,
-            method=row.method,
-            error=row.error,
-            entry_point=row.entry_point,
-        )
-        held = out.get(row.subject)
-        if replaces(held.method if held else None, cap.method, held=held is not None):
-            out[row.subject] = cap
-    return out
+    """One view per subject across a build's jobs (``core.assemble.merge_capabilities``)."""
+    return assembler.merge_capabilities(capabilities_of(rows))
 
 
 def build_report(session: Session, build: Build) -> BuildReport:
@@ -135,7 +129,6 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         .order_by(Job.id)
     ).all()
-    families = {j.id: j.family for j in jobs}
     settings = session.info.get("settings")
     require = settings.require if isinstance(settings, Settings) else [gate.ALL]
     fleet = _fleet(session, settings, jobs)
@@ -158,11 +151,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         for j in jobs
     ]
-    findings = _rows(session, FindingRow, build.id)
-    caps = _rows(session, CapabilityRow, build.id)
-    drift = _rows(session, DriftRowDB, build.id)
-    refusal = _rows(session, RefusalRowDB, build.id)
-    report = BuildReport(
+    head = BuildReport(
         id=build.id,
         source=build.source,
         version=build.version,
@@ -175,30 +164,45 @@ def build_report(session: Session, build: Build) -> BuildReport:
         created_at=build.created_at,
         status=build_status(build),
         verdict=Verdict.pending,
-        capabilities=merge_capabilities(caps),
-        findings=once_per_build(findings),
         jobs=job_reports,
+        history=history_rows(session, build.id),
+    )
+    return assembler.assemble(head, _reported(session, build.id, jobs), require)
+
+
+def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler.Reported:
+    """The build's rows as the wire's models, in the order they were stored."""
+    families = {j.id: j.family for j in jobs}
+    return assembler.Reported(
+        findings=[
+            (
+                row.job_id,
+                stored(
+                    Finding,
+                    kind=row.kind,
+                    severity=Severity(row.severity),
+                    subject=row.subject,
+                    message=row.message,
+                ),
+            )
+            for row in _rows(session, FindingRow, build_id)
+        ],
+        capabilities=capabilities_of(_rows(session, CapabilityRow, build_id)),
         drift=[
             stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
-            for d in drift
+            for d in _rows(session, DriftRowDB, build_id)
         ],
         refusal=[
-            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)}) for r in refusal
+            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)})
+            for r in _rows(session, RefusalRowDB, build_id)
         ],
-        history=history_rows(session, build.id),
-        surface=surface_of(j.stage_rows for j in jobs),
+        surfaces=[
+            [stored(SurfaceKnob, **k) for k in row.surface]
+            for j in jobs
+            for row in j.stage_rows
+            if row.name == Stage.probe and row.surface
+        ],
     )
-    return gate.conclude(report, require)
-
-
-def surface_of(stages: Iterable[Iterable[StageRow]]) -> list[SurfaceKnob]:
-    """A build's surface: the first of its jobs' probes that discovered one (each job probes the
-    same build, so each finds the same)."""
-    for rows in stages:
-        for row in rows:
-            if row.name == Stage.probe and row.surface:
-                return [stored(SurfaceKnob, **k) for k in row.surface]
-    return []
 
 
 def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
@@ -206,30 +210,6 @@ def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] 
     if not isinstance(settings, Settings) or not any(j.state == JobState.queued for j in jobs):
         return None
     return capable.alive(session, settings, utcnow())
-
-
-def once_per_build(rows: list[FindingRow]) -> list[Finding]:
-    """One finding per (kind, severity, subject, message), with every job that reported it.
-
-    Each job of a build probes the same wheel, so each posts the same probe findings; a reader
-    needs them once. Rows with no job (the line's findings) list no job.
-    """
-    out: dict[tuple[str, str, str | None, str], Finding] = {}
-    for row in rows:
-        key = (row.kind, row.severity, row.subject, row.message)
-        held = out.get(key)
-        if held is None:
-            held = out[key] = stored(
-                Finding,
-                kind=row.kind,
-                severity=Severity(row.severity),
-                subject=row.subject,
-                message=row.message,
-                job_ids=[],
-            )
-        if row.job_id is not None and row.job_id not in held.job_ids:
-            held.job_ids.append(row.job_id)
-    return list(out.values())
 
 
 def _rows(session: Session, table: type[T], build_id: int) -> list[T]:
