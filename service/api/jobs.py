@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
 from core.bounds import undeclared_configs
+from core.redaction import redact_text
 from core.wire import (
     ClaimRequest,
     HeartbeatAck,
@@ -237,7 +238,7 @@ def finish_job(
     job.environment = body.environment.model_dump()
     if body.error:
         secrets = logs.secret_values(settings, body.lease_token, bearer(request))
-        job.reason = f"error: {logs.redact(body.error, secrets)}"
+        job.reason = f"error: {redact_text(body.error, secrets)}"
     else:
         job.reason = ""
     job.lease_token_hash = None
