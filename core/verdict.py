@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.kinds import FindingKind
 from core.subjects import SUBJECTS
 from core.text import shorten
 from core.wire import (
@@ -51,10 +52,11 @@ CAUSE_CHARS = 200  # one cause's reason, on one line
 # The stage a finding comes from, by kind; any other kind is the probe's (its ledger, its
 # comparison with the line's previous build). The grid colours that stage's cell by it.
 FINDING_STAGES: dict[str, Stage] = {
-    "consumer_gap": Stage.refusal,
-    "compile_only_unavailable": Stage.determinism,
-    "deterministic_bits_changed": Stage.determinism,
-    "determinism_cost_regressed": Stage.determinism,
+    FindingKind.consumer_gap: Stage.refusal,
+    FindingKind.compile_only_unavailable: Stage.determinism,
+    FindingKind.deterministic_bits_changed: Stage.determinism,
+    FindingKind.determinism_cost_regressed: Stage.determinism,
+    FindingKind.comparison_point_changed: Stage.determinism,
 }
 
 
@@ -93,7 +95,7 @@ def uncovered_subjects(report: BuildReport) -> dict[str, str]:
                 if job.family is None or job.family in _families(name):
                     stage_reasons.setdefault(name, stage.reason)
         for check in stage.checks:
-            subject = check.name.split(".", 1)[0]
+            subject = check.subject
             if check.status in RAN or check.status == Status.not_applicable:
                 covered.add(subject)
             elif check.status == Status.skipped:
@@ -254,7 +256,7 @@ def causes(report: BuildReport) -> list[Cause]:
                     kind="check",
                     name=check.name,
                     status=check.status.value,
-                    subject=check.name.split(".", 1)[0],
+                    subject=check.subject,
                     reason=_cause_reason(check.detail, check.status.value),
                     repro=check.repro,
                     **where,

@@ -21,6 +21,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from core import history
+from core.kinds import FindingKind
 from core.wire import Check, Finding, HistoryRow, Severity, Stage, StageResult
 from service.models import ComparisonPin, DeterminismRecord, FindingRow, Job
 from service.results import pins
@@ -94,7 +95,7 @@ def _record(
     pin: ComparisonPin | None,
     cost_factor: float,
 ) -> DeterminismRecord:
-    subject = check.name.partition(".")[0]
+    subject = check.subject
     key = history.comparable_key(metrics["comparable"])
     pin_id = pin.id if pin else None
     prev = previous_record(session, key, job.build_id, pin_id)
@@ -164,7 +165,7 @@ def _series_marker(session: Session, pin: ComparisonPin, subject: str) -> Findin
     ).first()
     old = f"series {before.series} at {before.config}" if before else "the earlier series"
     return Finding(
-        kind="comparison_point_changed",
+        kind=FindingKind.comparison_point_changed,
         severity=Severity.info,
         subject=subject,
         message=(

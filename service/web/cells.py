@@ -17,6 +17,7 @@ from datetime import datetime
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner
 from core.wire import JobKind, JobState, Stage, Status, Verdict
+from core.wire.results import subject_of
 from service.jobs.capable import waiting_reason
 
 # Worst first: the state a cell shows when several jobs or checks disagree. The statuses keep
@@ -85,7 +86,7 @@ class CheckView:
 
     @property
     def subject(self) -> str:
-        return self.name.split(".", 1)[0]
+        return subject_of(self.name)
 
 
 @dataclass
