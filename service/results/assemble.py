@@ -38,11 +38,11 @@ from service.models import (
     Build,
     CapabilityRow,
     CheckRow,
-    DriftRowDB,
     FindingRow,
     Job,
-    RefusalRowDB,
     StageRow,
+    StoredDriftRow,
+    StoredRefusalRow,
     utcnow,
 )
 from service.results.determinism_records import history_rows
@@ -190,11 +190,11 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
         capabilities=capabilities_of(_rows(session, CapabilityRow, build_id)),
         drift=[
             stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
-            for d in _rows(session, DriftRowDB, build_id)
+            for d in _rows(session, StoredDriftRow, build_id)
         ],
         refusal=[
             stored(RefusalReport, **{**_columns(r), "status": Status(r.status)})
-            for r in _rows(session, RefusalRowDB, build_id)
+            for r in _rows(session, StoredRefusalRow, build_id)
         ],
         surfaces=[
             [stored(SurfaceKnob, **k) for k in row.surface]
@@ -270,9 +270,9 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
     for subject, cap in result.capabilities.items():
         session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
     for d in result.drift:
-        session.add(DriftRowDB(**ids, family=job.family, **d.model_dump()))
+        session.add(StoredDriftRow(**ids, family=job.family, **d.model_dump()))
     for r in result.refusal:
-        session.add(RefusalRowDB(**ids, **r.model_dump()))
+        session.add(StoredRefusalRow(**ids, **r.model_dump()))
     if result.version and result.name in (Stage.install, Stage.probe):
         job.build.version = result.version
     return row

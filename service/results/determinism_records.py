@@ -6,9 +6,10 @@ keyed by ``core.history.comparable_key`` and tagged with the pin's series; the n
 same key and series from another build is "the previous comparable build", and the genuine
 records before it (none flagged) make the cost gate's band. The comparison itself is
 ``core.history.compare``; its findings are stored with the job's other findings. A measurement
-off the job's pin is refused before anything of the stage is stored. A job rerun's copies of the
-other jobs' records (``copied``) are never a previous build nor in a band: a measurement counts
-once, in the build that made it.
+off the job's pin is refused (``OffPin``, 422): the stage's rows are written first, and the
+post's transaction is rolled back with the refusal, so nothing of the stage stays stored. A job
+rerun's copies of the other jobs' records (``copied``) are never a previous build nor in a band:
+a measurement counts once, in the build that made it.
 """
 
 from __future__ import annotations
