@@ -78,16 +78,22 @@ def stored(model: type[M], **values: Any) -> M:
     return model.model_construct(**{k: v for k, v in values.items() if k in model.model_fields})
 
 
+# A stage's own values that its row keeps column for column (name, status, reason, duration,
+# version, log tail, timings, ...): a field added to both is stored and read with no change here.
+_STAGE_COLUMNS = frozenset(StageResult.model_fields) & set(StageRow.__table__.columns.keys())
+# typed on the way out, cut on the way in, NULL in old rows, or the build's rather than the job's
+_STAGE_APART = frozenset({"name", "status", "log_tail", "surface", "timings"})
+
+
 def _stage_result(row: StageRow) -> StageResult:
+    """A stored stage as the report's job shows it (its surface is the build's, not the job's)."""
     return stored(
         StageResult,
+        **{k: getattr(row, k) for k in _STAGE_COLUMNS - _STAGE_APART},
+        timings=row.timings or {},  # NULL in a row older than the column's default
         name=Stage(row.name),
         status=Status(row.status),
-        reason=row.reason,
-        duration_s=row.duration_s,
-        version=row.version,
         log_tail=row.log_tail,
-        timings=row.timings or {},
         checks=[
             stored(Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
             for c in row.checks
@@ -250,13 +256,11 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         return old
     row = StageRow(
         job_id=job.id,
+        **result.model_dump(include=set(_STAGE_COLUMNS - _STAGE_APART)),
+        timings=result.timings,
         name=result.name,
         status=result.status,
-        reason=result.reason,
-        duration_s=result.duration_s,
-        version=result.version,
         log_tail=result.log_tail[-4000:],
-        timings=result.timings,
         surface=[k.model_dump() for k in result.surface],
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
