@@ -7,7 +7,9 @@ jobs: a subject the build has that no job covered counts as skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from core.kinds import FindingKind
 from core.subjects import SUBJECTS
@@ -15,6 +17,7 @@ from core.text import shorten
 from core.wire import (
     BuildReport,
     Cause,
+    Check,
     JobKind,
     JobReport,
     JobState,
@@ -81,31 +84,48 @@ def _stages(jobs: list[JobReport]) -> list[tuple[JobReport, StageResult]]:
     return [(job, stage) for job in jobs for stage in job.stages]
 
 
+class _Said(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+def why_uncovered(
+    name: str, checks: Iterable[_Said], stage_reasons: Iterable[str] = ()
+) -> str | None:
+    """The one coverage rule for a subject whose knob the build has, given its determinism
+    checks across the build's jobs and why a determinism stage that could have run it was
+    skipped whole: None when a check ran or could not apply (covered); else why not, its first
+    skipped check's detail, else the first such stage's reason, else that no runner of its
+    families ran it. The report (``uncovered_subjects``) and the grid's subject cell
+    (``service/web/cells.py``) both ask this."""
+    checks = list(checks)
+    if any(c.status in RAN or c.status == Status.not_applicable for c in checks):
+        return None
+    skipped = next((c.detail for c in checks if c.status == Status.skipped), None)
+    return skipped or next(iter(stage_reasons), None) or no_runner(_families(name))
+
+
 def uncovered_subjects(report: BuildReport) -> dict[str, str]:
     """Subjects whose knob this build has but no job's determinism stage exercised, with why."""
     present = [name for name, cap in report.capabilities.items() if cap.importable and cap.present]
-    covered: set[str] = set()
-    skip_reasons: dict[str, str] = {}
-    stage_reasons: dict[str, str] = {}  # a whole stage skipped: why ("excluded by --stages")
+    checks: dict[str, list[Check]] = {}
+    stage_reasons: dict[str, list[str]] = {}  # a whole stage skipped: why ("excluded by --stages")
     for job, stage in _stages(report.jobs):
         if stage.name != Stage.determinism:
             continue
         if stage.status == Status.skipped and stage.reason:
             for name in present:
                 if job.family is None or job.family in _families(name):
-                    stage_reasons.setdefault(name, stage.reason)
+                    stage_reasons.setdefault(name, []).append(stage.reason)
         for check in stage.checks:
-            subject = check.subject
-            if check.status in RAN or check.status == Status.not_applicable:
-                covered.add(subject)
-            elif check.status == Status.skipped:
-                skip_reasons.setdefault(subject, check.detail)
+            checks.setdefault(check.subject, []).append(check)
     out: dict[str, str] = {}
     for name in present:
-        if name in covered:
-            continue
-        why = skip_reasons.get(name) or stage_reasons.get(name)
-        out[name] = why or no_runner(_families(name))
+        why = why_uncovered(name, checks.get(name, ()), stage_reasons.get(name, ()))
+        if why is not None:
+            out[name] = why
     return out
 
 
