@@ -33,10 +33,12 @@ sys.path.insert(0, os.environ.get("PYTHONPATH") or str(ROOT))
 from core.wire import LOG_MAX_CHARS, StagePost  # noqa: E402
 from service.results import logs  # noqa: E402
 
-SECRETS = sorted(
-    ["submit-token-for-bench", "runner-token-for-bench", "admin-token-for-bench", "x" * 32],
-    key=len,
-    reverse=True,
+SECRETS = tuple(
+    sorted(
+        ["submit-token-for-bench", "runner-token-for-bench", "admin-token-for-bench", "x" * 32],
+        key=len,
+        reverse=True,
+    )
 )
 
 

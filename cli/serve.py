@@ -7,7 +7,6 @@ The service is imported only inside ``serve``, so a runner host needs none of it
 from __future__ import annotations
 
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +16,7 @@ import typer
 
 from cli import progress
 from cli.common import EXIT_FAILED, EXIT_REFUSED, LOG_LEVEL, WHEEL_ARG, fail, setup_logging
-from core import gate
+from core import commits, gate
 from core.verdict import EXIT_CODES
 from core.wire import BuildReport, JobState, Verdict
 from runner.config import RunnerSettings
@@ -130,7 +129,7 @@ def submit(
         raise fail("set FE_CI_SUBMIT_TOKEN (or run beside the service's data directory)")
     if (wheel is None) == (commit is None):
         raise fail("give a WHEEL or --commit SHA (one of them)")
-    if commit is not None and not _SHA.fullmatch(commit.lower()):
+    if commit is not None and not commits.is_full_sha(commit.lower()):
         raise fail(
             f"--commit {commit!r} is not a full commit id: give all 40 hex digits "
             "(`git rev-parse HEAD` prints them)"
@@ -190,9 +189,6 @@ def state_line(report: BuildReport) -> str:
             done = len(j.stages)
             parts.append(f"{label}: running on {j.runner or 'a runner'} ({done} stages done)")
     return f"build {report.id}: {'; '.join(parts) or report.status.value}"
-
-
-_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def _refused(resp: httpx.Response, url: str) -> typer.Exit:

@@ -227,6 +227,6 @@ def undeclared(subject: str, names: Iterable[object]) -> Undeclared | None:
 def undeclared_configs(result: StageResult) -> Undeclared | None:
     """A config a check or drift row of ``result`` names that its subject does not declare: the
     next lease of the family would otherwise start from whatever a runner made up."""
-    named = [(c.name.partition(".")[0], config_names(c.metrics)) for c in result.checks]
+    named = [(c.subject, config_names(c.metrics)) for c in result.checks]
     named += [(d.subject, [d.config["name"]] if "name" in d.config else []) for d in result.drift]
     return next((bad for subject, names in named if (bad := undeclared(subject, names))), None)

@@ -16,7 +16,17 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-_SHA = re.compile(r"^[0-9a-f]{40}$")
+# A full commit id, as git prints it: the one pattern the service's doors, the commands and the
+# mirrors check a commit against (whole-string: a trailing newline is not a commit).
+FULL_SHA = "[0-9a-f]{40}"
+_SHA = re.compile(FULL_SHA)
+
+
+def is_full_sha(text: str) -> bool:
+    """Whether ``text`` is a full, lower-case commit id."""
+    return _SHA.fullmatch(text) is not None
+
+
 TAIL_BYTES = 4000
 
 
@@ -75,7 +85,7 @@ def _has_commit(mirror: Path, sha: str) -> bool:
 
 def ensure_commit(repo_url: str, sha: str, cache_dir: Path, log: Path) -> Path:
     """The mirror holding ``sha``, fetching it when missing. Raises ``BuildFailure``."""
-    if not _SHA.match(sha):
+    if not is_full_sha(sha):
         raise BuildFailure("unknown_commit", f"{sha!r} is not a 40-hex commit")
     mirror = mirror_path(cache_dir, repo_url)
     if not (mirror / "HEAD").exists():
@@ -133,7 +143,7 @@ def _git_out(repo: Path, *args: str) -> str:
 def ancestry_path(repo: Path, good: str, bad: str) -> list[str]:
     """``git rev-list --ancestry-path --reverse GOOD..BAD``: oldest first, ``bad`` last."""
     for sha in (good, bad):
-        if not _SHA.match(sha):
+        if not is_full_sha(sha):
             raise BuildFailure("unknown_commit", f"{sha!r} is not a 40-hex commit")
     out = _git_out(repo, "rev-list", "--ancestry-path", "--reverse", f"{good}..{bad}")
     return out.split()

@@ -22,7 +22,7 @@ def of_report(report: BuildReport) -> Coverage:
             if stage.name != Stage.determinism:
                 continue
             for check in stage.checks:
-                subject, _, what = check.name.partition(".")
+                subject, what = check.subject, check.aspect
                 if "." in what:
                     continue
                 if check.status in _RAN and job.family:

@@ -218,7 +218,7 @@ def _subject(report: BuildReport, name: str) -> tuple[Conclusion, str]:
 def _only(stage: StageResult, name: str) -> StageResult | None:
     """A determinism or numerics stage as one subject sees it: its own checks, or the stage as
     a whole where the stage did not run its subjects (skipped, or ended in error)."""
-    mine = [c for c in stage.checks if c.name.split(".", 1)[0] == name]
+    mine = [c for c in stage.checks if c.subject == name]
     if mine:
         worst = _worst([c.status for c in mine])
         return stage.model_copy(update={"checks": mine, "status": worst, "reason": ""})

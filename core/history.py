@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.kinds import FindingKind
 from core.wire import BuildReport, ComparisonPoint, Finding, HistoryRow, Severity, Stage
 
 # What must match for two measurements to be compared: ``core.comparable.ComparableKey``
@@ -205,7 +206,7 @@ def compare(
         )
         out.findings.append(
             Finding(
-                kind="deterministic_bits_changed",
+                kind=FindingKind.deterministic_bits_changed,
                 severity=Severity.warning,
                 subject=subject,
                 message=(
@@ -223,7 +224,7 @@ def compare(
         was = f"{out.previous_cost_ratio:.2f}x" if out.previous_cost_ratio else "not timed"
         out.findings.append(
             Finding(
-                kind="determinism_cost_regressed",
+                kind=FindingKind.determinism_cost_regressed,
                 severity=Severity.warning,
                 subject=subject,
                 message=(
@@ -239,7 +240,7 @@ def compare(
 def _deterministic_checks(report: BuildReport) -> list[tuple[str | None, str, Mapping[str, Any]]]:
     """(family, subject, measurement) of each comparable ``<subject>.deterministic`` check."""
     return [
-        (job.family, check.name.split(".", 1)[0], measurement(check.metrics))
+        (job.family, check.subject, measurement(check.metrics))
         for job in report.jobs
         for stage in job.stages
         if stage.name == Stage.determinism

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core.bounds import clip
+from core.kinds import FindingKind
 from core.wire import Capability, Finding, Severity
 
-IMPORT_ERROR = "import_error"
+IMPORT_ERROR = FindingKind.import_error
 
 
 def regressions(
@@ -57,7 +58,7 @@ def regressions(
         elif before.present and now.present and before.default != now.default:
             out.append(
                 Finding(
-                    kind="knob_default_changed",
+                    kind=FindingKind.knob_default_changed,
                     severity=Severity.warning,
                     subject=subject,
                     message=f"{now.entry_point or subject}'s '{now.knob}' default changed from "
@@ -69,7 +70,10 @@ def regressions(
 
 def _regression(subject: str, message: str) -> Finding:
     return Finding(
-        kind="feature_regression", severity=Severity.error, subject=subject, message=clip(message)
+        kind=FindingKind.feature_regression,
+        severity=Severity.error,
+        subject=subject,
+        message=clip(message),
     )
 
 

@@ -27,7 +27,7 @@ def chosen(
         return []
     out: list[RememberedConfig] = []
     for check in checks:
-        subject, _, what = check.name.partition(".")
+        subject, what = check.subject, check.aspect
         if what != "deterministic" or check.status not in ANSWERED:  # the control was measured
             continue
         config = (check.metrics.get("config") or {}).get("name")

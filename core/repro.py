@@ -27,7 +27,7 @@ def target(report: BuildReport) -> str:
 def repro_line(target: str, stage: Stage, check: Check) -> str:
     """``fe-ci validate TARGET --stages STAGE [--subjects S --config C]`` for one check."""
     parts = ["fe-ci", "validate", target, "--stages", stage.value]
-    subject = check.name.split(".", 1)[0]
+    subject = check.subject
     if stage in _PER_SUBJECT and subject in SUBJECTS:
         parts += ["--subjects", subject]
         config = check.metrics.get("config_name")

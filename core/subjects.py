@@ -125,7 +125,9 @@ class Subject:
         return f"{self.name}.{self.knob}"
 
     def load(self) -> Any:
-        """The harness object (``SUBJECT``) of the subject's module."""
+        """The harness object (``SUBJECT``) of the subject's module: the one place core reaches
+        into the runner (``runner/inside/subjects/``), by name, called only inside a candidate's
+        stage."""
         return importlib.import_module(self.module_name).SUBJECT
 
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.kinds import FindingKind
 from core.subjects import SUBJECTS, Subject
 
-REMOVED = "knob_removed"
-DEFAULT_CHANGED = "knob_default_changed"
-ADDED = "knob_added"
-NOT_COVERED = "knob_not_covered"
-UNPARSABLE = "source_unparsable"
-TRUNCATED = "surface_truncated"
+REMOVED = FindingKind.knob_removed
+DEFAULT_CHANGED = FindingKind.knob_default_changed
+ADDED = FindingKind.knob_added
+NOT_COVERED = FindingKind.knob_not_covered
+UNPARSABLE = FindingKind.source_unparsable
+TRUNCATED = FindingKind.surface_truncated
 LINE_KINDS = (REMOVED, DEFAULT_CHANGED, ADDED)
 
 # How a knob is covered, in the order the summary line counts them.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from core.bisection import Mark
+from core.kinds import FindingKind
 from core.verdict import NO_ANSWER
 from core.wire import BuildReport, JobKind, RefusalReport, Stage, StageResult, Status
 
@@ -140,7 +141,7 @@ def _detect_determinism(good: BuildReport, bad: BuildReport) -> list[Question]:
                     out.append(
                         Question(
                             rule="determinism_check",
-                            subject=check.name.split(".", 1)[0],
+                            subject=check.subject,
                             family=job.family,
                             check=check.name,
                             good=Status.pass_.value,
@@ -198,11 +199,11 @@ def _observe_refusal(q: Question, report: BuildReport) -> str | None:
 
 # Cheapest first: the first question a transition raises is the one a bisection asks.
 RULES: tuple[Rule, ...] = (
-    _finding_rule("feature_regression", Stage.probe),
+    _finding_rule(FindingKind.feature_regression, Stage.probe),
     Rule("refusal_row", _detect_refusal, _observe_refusal),
     Rule("determinism_check", _detect_determinism, _observe_determinism),
-    _finding_rule("deterministic_bits_changed", Stage.determinism),
-    _finding_rule("determinism_cost_regressed", Stage.determinism),
+    _finding_rule(FindingKind.deterministic_bits_changed, Stage.determinism),
+    _finding_rule(FindingKind.determinism_cost_regressed, Stage.determinism),
 )
 _BY_NAME = {r.name: r for r in RULES}
 

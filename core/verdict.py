@@ -7,13 +7,17 @@ jobs: a subject the build has that no job covered counts as skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from core.kinds import FindingKind
 from core.subjects import SUBJECTS
 from core.text import shorten
 from core.wire import (
     BuildReport,
     Cause,
+    Check,
     JobKind,
     JobOutcome,
     JobReport,
@@ -52,10 +56,11 @@ CAUSE_CHARS = 200  # one cause's reason, on one line
 # The stage a finding comes from, by kind; any other kind is the probe's (its ledger, its
 # comparison with the line's previous build). The grid colours that stage's cell by it.
 FINDING_STAGES: dict[str, Stage] = {
-    "consumer_gap": Stage.refusal,
-    "compile_only_unavailable": Stage.determinism,
-    "deterministic_bits_changed": Stage.determinism,
-    "determinism_cost_regressed": Stage.determinism,
+    FindingKind.consumer_gap: Stage.refusal,
+    FindingKind.compile_only_unavailable: Stage.determinism,
+    FindingKind.deterministic_bits_changed: Stage.determinism,
+    FindingKind.determinism_cost_regressed: Stage.determinism,
+    FindingKind.comparison_point_changed: Stage.determinism,
 }
 
 
@@ -80,31 +85,48 @@ def _stages(jobs: list[JobReport]) -> list[tuple[JobReport, StageResult]]:
     return [(job, stage) for job in jobs for stage in job.stages]
 
 
+class _Said(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+def why_uncovered(
+    name: str, checks: Iterable[_Said], stage_reasons: Iterable[str] = ()
+) -> str | None:
+    """The one coverage rule for a subject whose knob the build has, given its determinism
+    checks across the build's jobs and why a determinism stage that could have run it was
+    skipped whole: None when a check ran or could not apply (covered); else why not, its first
+    skipped check's detail, else the first such stage's reason, else that no runner of its
+    families ran it. The report (``uncovered_subjects``) and the grid's subject cell
+    (``service/web/cells.py``) both ask this."""
+    checks = list(checks)
+    if any(c.status in RAN or c.status == Status.not_applicable for c in checks):
+        return None
+    skipped = next((c.detail for c in checks if c.status == Status.skipped), None)
+    return skipped or next(iter(stage_reasons), None) or no_runner(_families(name))
+
+
 def uncovered_subjects(report: BuildReport) -> dict[str, str]:
     """Subjects whose knob this build has but no job's determinism stage exercised, with why."""
     present = [name for name, cap in report.capabilities.items() if cap.importable and cap.present]
-    covered: set[str] = set()
-    skip_reasons: dict[str, str] = {}
-    stage_reasons: dict[str, str] = {}  # a whole stage skipped: why ("excluded by --stages")
+    checks: dict[str, list[Check]] = {}
+    stage_reasons: dict[str, list[str]] = {}  # a whole stage skipped: why ("excluded by --stages")
     for job, stage in _stages(report.jobs):
         if stage.name != Stage.determinism:
             continue
         if stage.status == Status.skipped and stage.reason:
             for name in present:
                 if job.family is None or job.family in _families(name):
-                    stage_reasons.setdefault(name, stage.reason)
+                    stage_reasons.setdefault(name, []).append(stage.reason)
         for check in stage.checks:
-            subject = check.name.split(".", 1)[0]
-            if check.status in RAN or check.status == Status.not_applicable:
-                covered.add(subject)
-            elif check.status == Status.skipped:
-                skip_reasons.setdefault(subject, check.detail)
+            checks.setdefault(check.subject, []).append(check)
     out: dict[str, str] = {}
     for name in present:
-        if name in covered:
-            continue
-        why = skip_reasons.get(name) or stage_reasons.get(name)
-        out[name] = why or no_runner(_families(name))
+        why = why_uncovered(name, checks.get(name, ()), stage_reasons.get(name, ()))
+        if why is not None:
+            out[name] = why
     return out
 
 
@@ -255,7 +277,7 @@ def causes(report: BuildReport) -> list[Cause]:
                     kind="check",
                     name=check.name,
                     status=check.status.value,
-                    subject=check.name.split(".", 1)[0],
+                    subject=check.subject,
                     reason=_cause_reason(check.detail, check.status.value),
                     repro=check.repro,
                     **where,

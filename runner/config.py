@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import bisection, harness, history
+from core.redaction import TOKENS_FILE, read_tokens
 from runner.isolation import redact, uids
 
 
@@ -108,18 +109,13 @@ class RunnerSettings(BaseSettings):
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value this runner holds (``runner/isolation/redact.py``)."""
-        saved = redact.tokens_file_values(self.data_dir / "tokens.env")
-        return redact.runner_secrets(extra=[self.runner_token, self.submit_token, *saved])
+        saved = read_tokens(self.data_dir / TOKENS_FILE)
+        secret = [v for k, v in saved.items() if redact.is_secret_name(k)]
+        return redact.runner_secrets(extra=[self.runner_token, self.submit_token, *secret])
 
     def token(self, name: str) -> str | None:
         """A token from the environment, else from the local service's generated tokens file."""
         value = getattr(self, name)
         if value:
             return str(value)
-        path = self.data_dir / "tokens.env"
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                key, _, val = line.partition("=")
-                if key == f"FE_CI_{name.upper()}":
-                    return val.strip()
-        return None
+        return read_tokens(self.data_dir / TOKENS_FILE).get(f"FE_CI_{name.upper()}")

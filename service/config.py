@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import bisection, gate, history
+from core.redaction import TOKENS_FILE, read_tokens
 from core.subjects import FAMILIES
 
 TOKEN_NAMES = ("submit_token", "runner_token", "webhook_secret", "admin_token")
@@ -146,7 +147,7 @@ class Settings(BaseSettings):
 
     @property
     def tokens_file(self) -> Path:
-        return self.data_dir / "tokens.env"
+        return self.data_dir / TOKENS_FILE
 
     def with_generated_tokens(self) -> Settings:
         """Fill unset tokens from ``<data_dir>/tokens.env``, generating and saving them once.
@@ -172,11 +173,5 @@ class Settings(BaseSettings):
 
 
 def read_tokens_file(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.startswith("FE_CI_"):
-            out[key[len("FE_CI_") :].lower()] = value.strip()
-    return out
+    """A tokens file's ``FE_CI_<NAME>`` values by the setting's name (``submit_token``)."""
+    return {k[len("FE_CI_") :].lower(): v for k, v in read_tokens(path).items()}

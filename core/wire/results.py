@@ -18,12 +18,27 @@ from core.bounds import Count, JsonObject, Name, Short, Text
 from core.wire.vocabulary import Severity, Stage, Status, WireModel
 
 
+def subject_of(check_name: str) -> str:
+    """The subject a check's name is about: its name up to the first dot."""
+    return check_name.partition(".")[0]
+
+
 class Check(WireModel):
     name: Name
     status: Status
     detail: Text = ""
     metrics: JsonObject = Field(default_factory=dict)
     repro: Text | None = None  # failing or inconclusive: the one command that reproduces it
+
+    @property
+    def subject(self) -> str:
+        """The subject the check is about (``sdpa_bwd`` of ``sdpa_bwd.deterministic``)."""
+        return subject_of(self.name)
+
+    @property
+    def aspect(self) -> str:
+        """What of its subject it checked (``deterministic`` of ``sdpa_bwd.deterministic``)."""
+        return self.name.partition(".")[2]
 
 
 class Finding(WireModel):

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from core.kinds import FindingKind
 from core.subjects import SUBJECTS, family_of
 from runner.inside import ahead, bits, compileonly, plan
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
@@ -86,7 +87,7 @@ def _with_compile_only(
     else:
         findings.append(
             {
-                "kind": "compile_only_unavailable",
+                "kind": FindingKind.compile_only_unavailable,
                 "severity": "warning",
                 "subject": name,
                 "message": f"could not compile {name} for {COMPILE_ARCH} here: {doc.get('reason')}",

@@ -28,6 +28,7 @@ import platform
 import re
 from typing import Any
 
+from core.kinds import FindingKind
 from core.subjects import FEATURES, SUBJECTS, Feature, Subject
 from runner.inside import _io, discovery
 from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
@@ -72,7 +73,9 @@ def probe_subject(subject: Subject) -> dict[str, Any]:
     except ImportFailed as exc:
         cap["error"] = describe(exc.cause)
         out["check"] = _check(check, "not_applicable", f"{subject.name}: {exc}")
-        out["findings"].append(_finding("import_error", "warning", subject.name, _failed(exc)))
+        out["findings"].append(
+            _finding(FindingKind.import_error, "warning", subject.name, _failed(exc))
+        )
         return out
     cap.update(importable=True, entry_point=entry)
     params, method = read_parameters(obj, subject.probe_method)
@@ -146,7 +149,10 @@ def _unimportable(exc: Absent | ImportFailed) -> tuple[str, str, FindingDoc | No
     else:
         why = f"import cudnn raised {_said(exc.cause)}"
     finding = _finding(
-        "import_error", "error", None, f"{why}: the build offers nothing a consumer can use"
+        FindingKind.import_error,
+        "error",
+        None,
+        f"{why}: the build offers nothing a consumer can use",
     )
     return "fail", f"the candidate is unusable: {why}", finding
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import subjects
+from core.kinds import FindingKind
 from runner.inside.documents import FindingDoc, RefusalRowDoc
 from runner.inside.refusal_rows import SUBJECT_OF, Row, request_state
 
@@ -87,7 +88,7 @@ def consumer_gaps(rows: list[RefusalRowDoc]) -> list[FindingDoc]:
             what = f"the contract says {r['expected']!r} but TransformerEngine's gate"
         findings.append(
             {
-                "kind": "consumer_gap",
+                "kind": FindingKind.consumer_gap,
                 "severity": "warning",
                 "subject": SUBJECT_OF[row.activation],
                 "message": f"{row.describe()}: {what} decides {te!r}",

@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from core.bounds import clip
+from core.kinds import FindingKind
 from core.subjects import FEATURES, LEDGER_PATH, release_history
 from core.wire import Finding, Severity
 
@@ -131,7 +132,7 @@ def ledger_findings(
         if not has and claims(reported, since):
             out.append(
                 Finding(
-                    kind="version_feature_mismatch",
+                    kind=FindingKind.version_feature_mismatch,
                     severity=Severity.error,
                     subject=feature.subject,
                     message=f"reports {version} but {feature.lacks} (documented from "
@@ -141,7 +142,7 @@ def ledger_findings(
         elif has and predates(reported, since):
             out.append(
                 Finding(
-                    kind="feature_predates_version",
+                    kind=FindingKind.feature_predates_version,
                     severity=Severity.warning,
                     subject=feature.subject,
                     message=f"reports {version} but {feature.has} (documented from "
@@ -171,7 +172,11 @@ def claimed_import_errors(
             ),
             None,
         )
-        if f.kind == "import_error" and f.severity != Severity.error and feature is not None:
+        if (
+            f.kind == FindingKind.import_error
+            and f.severity != Severity.error
+            and feature is not None
+        ):
             f = f.model_copy(
                 update={
                     "severity": Severity.error,

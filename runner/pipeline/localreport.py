@@ -9,18 +9,17 @@ from pathlib import Path
 
 import typer
 
+from core import assemble as assembler
 from core import gate
 from core.verdict import missed_stages
 from core.wire import (
     BuildReport,
     BuildStatus,
     Conclusion,
-    DriftReport,
     JobKind,
     JobOutcome,
     JobReport,
     JobState,
-    RefusalReport,
     Status,
     Verdict,
 )
@@ -46,7 +45,7 @@ def local_report(
         stages=[s.model_copy(update={"surface": []}) for s in result.stages],
     )
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest() if wheel else None
-    report = BuildReport(
+    head = BuildReport(
         source="wheel",
         version=result.version or version,
         sha256=sha,
@@ -54,20 +53,12 @@ def local_report(
         status=BuildStatus.finished,
         verdict=Verdict.pending,
         negative_control=result.negative_control,
-        capabilities=result.capabilities,
-        findings=result.findings,
-        surface=[k for s in result.stages for k in s.surface],
         jobs=[job],
-        drift=[
-            DriftReport.model_validate({**d.model_dump(), "family": family})
-            for s in result.stages
-            for d in s.drift
-        ],
-        refusal=[
-            RefusalReport.model_validate(r.model_dump()) for s in result.stages for r in s.refusal
-        ],
     )
-    return gate.conclude(report, require or [gate.ALL])
+    reported = assembler.Reported()
+    for stage in result.stages:
+        reported.add_stage(stage, job_id=None, family=family)
+    return assembler.assemble(head, reported, require or [gate.ALL])
 
 
 _VERDICT_COLOURS = {Verdict.pass_: typer.colors.GREEN, Verdict.fail: typer.colors.RED}

@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
 from core.bounds import undeclared_configs
+from core.redaction import redact_text
 from core.wire import (
     ClaimRequest,
     HeartbeatAck,
@@ -236,7 +237,7 @@ def finish_job(
     job.environment = body.environment.model_dump()
     if body.error:
         secrets = logs.secret_values(settings, body.lease_token, bearer(request))
-        reason = f"error: {logs.redact(body.error, secrets)}"
+        reason = f"error: {redact_text(body.error, secrets)}"
         transitions.end(job, JobOutcome.error, reason, utcnow())
     else:
         transitions.end(job, JobOutcome.ran, "", utcnow())

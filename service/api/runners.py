@@ -5,7 +5,6 @@ operator's revoke and reinstate. What a runner does with a job is in ``jobs.py``
 from __future__ import annotations
 
 import secrets
-from datetime import timedelta
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy import select
@@ -13,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from core.subjects import FAMILIES
 from core.wire import RunnerOffline, RunnerRegister, RunnerRegistered, RunnerResume, RunnerResumed
+from service.config import Settings
 from service.deps import AdminDep, IdPath, RegistrationDep, RunnerDep, SessionDep, SettingsDep
 from service.errors import BadRequest, NotFound, RunnerNameInUse, RunnerRevoked
 from service.jobs import queue, wake
@@ -33,7 +33,7 @@ def register_runner(
         runner = Runner(name=body.name)
         session.add(runner)
     else:
-        _check_name_free(runner, body.replace, settings.lease_seconds)
+        _check_name_free(runner, body.replace, settings)
     _apply_labels(runner, body.labels)
     runner.token_hash = queue.hash_token(token)
     runner.offline_at = None
@@ -81,7 +81,7 @@ def _give_up_leases(
     return handed
 
 
-def _check_name_free(runner: Runner, replace: bool, lease_seconds: int) -> None:
+def _check_name_free(runner: Runner, replace: bool, settings: Settings) -> None:
     """A revoked name stays revoked; a live runner's name is taken over only on request."""
     if runner.revoked_at is not None:
         raise RunnerRevoked(
@@ -89,12 +89,11 @@ def _check_name_free(runner: Runner, replace: bool, lease_seconds: int) -> None:
             f"POST /api/runners/{runner.id}/reinstate",
             detail={"runner_id": runner.id},
         )
-    alive_since = utcnow() - timedelta(seconds=2 * lease_seconds)
-    alive = runner.offline_at is None and runner.last_seen_at >= alive_since
-    if alive and not replace:
+    if runner.is_alive(utcnow() - settings.alive_window) and not replace:
         raise RunnerNameInUse(
             f"runner {runner.name!r} is registered and was seen at {runner.last_seen_at:%H:%M:%S}"
-            f" UTC; register again once it is offline (stopped, or {2 * lease_seconds} s "
+            f" UTC; register again once it is offline (stopped, or "
+            f"{settings.alive_window.total_seconds():.0f} s "
             "unseen), or with replace (fe-ci runner --replace) to take the name over",
             detail={"runner_id": runner.id, "last_seen_at": runner.last_seen_at.isoformat()},
         )

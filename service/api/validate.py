@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
+from core import commits
 from core.wire import BuildAccepted
 from service.config import Settings
 from service.deps import SettingsDep, SubmitterDep, open_session
@@ -22,7 +22,6 @@ from service.uploads import client_limits, uploads
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
 
-_SHA = re.compile(r"[0-9a-f]{40}")
 MAX_JSON_BYTES = 64 * 1024  # {"commit": "<40 hex>"} is 52 bytes
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
@@ -39,7 +38,9 @@ _BODY_DOC: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "required": ["commit"],
-                    "properties": {"commit": {"type": "string", "pattern": "^[0-9a-f]{40}$"}},
+                    "properties": {
+                        "commit": {"type": "string", "pattern": f"^{commits.FULL_SHA}$"}
+                    },
                 }
             },
         },
@@ -76,7 +77,7 @@ async def _read_commit(request: Request) -> str:
     except ValueError as exc:
         raise BadRequest("the body is not valid JSON") from exc
     commit = body.get("commit") if isinstance(body, dict) else None
-    if not isinstance(commit, str) or not _SHA.fullmatch(commit.lower()):
+    if not isinstance(commit, str) or not commits.is_full_sha(commit.lower()):
         raise BadRequest('send {"commit": "<40 hex digits>"}', detail={"commit": commit})
     return commit.lower()
 

@@ -27,6 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from core import commits
 from service.config import Settings
 from service.deps import SettingsDep, open_session
 from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
@@ -38,7 +39,6 @@ from service.uploads import client_limits
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
 
-_SHA = re.compile(r"[0-9a-f]{40}")
 _SIGNATURE = re.compile(r"sha256=([0-9a-fA-F]{64})")
 # GitHub's delivery ids are GUIDs (36 characters). A longer one is refused rather than cut: cut to
 # the column's 100 characters, two ids sharing their first 100 would be one delivery.
@@ -138,7 +138,7 @@ def _push_decision(settings: Settings, push: PushEvent) -> tuple[str | None, str
         return None, f"ignored: {ref} is not a branch"
     if ref not in settings.branches:
         return None, f"ignored: {ref} is not watched ({', '.join(settings.branches)})"
-    if after is None or not _SHA.fullmatch(after):
+    if after is None or not commits.is_full_sha(after):
         raise BadRequest("a push payload needs 'after', a 40-hex commit")
     return after, f"queued {after[:12]} of {ref}"
 

@@ -38,6 +38,11 @@ class Runner(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
+    def is_alive(self, since: datetime) -> bool:
+        """Alive: not revoked, not stopped, and seen since ``since`` (``Settings.alive_window``
+        ago), the rule ``service/jobs/capable.py::alive`` queries."""
+        return self.revoked_at is None and self.offline_at is None and self.last_seen_at >= since
+
 
 class Build(Base):
     __tablename__ = "builds"

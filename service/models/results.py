@@ -46,7 +46,9 @@ class CapabilityRow(PerJob, Base):
     entry_point: Mapped[str] = mapped_column(String(200), default="")
 
 
-class DriftRowDB(PerJob, Base):
+class StoredDriftRow(PerJob, Base):
+    """A drift row (``core.wire.DriftRow``) as the ``drift`` table keeps it."""
+
     __tablename__ = "drift"
     # the trends page: one subject's control arm over the newest builds
     __table_args__ = (Index("ix_drift_subject_arm_build_id", "subject", "arm", "build_id"),)
@@ -65,7 +67,9 @@ class DriftRowDB(PerJob, Base):
     stopped_by: Mapped[str | None] = mapped_column(String(32))
 
 
-class RefusalRowDB(PerJob, Base):
+class StoredRefusalRow(PerJob, Base):
+    """A refusal row (``core.wire.RefusalRow``) as the ``refusal_rows`` table keeps it."""
+
     __tablename__ = "refusal_rows"
 
     activation: Mapped[str] = mapped_column(String(16))
@@ -135,8 +139,8 @@ PER_JOB_TABLES: tuple[type[PerJob], ...] = (
     StageLog,
     FindingRow,
     CapabilityRow,
-    DriftRowDB,
-    RefusalRowDB,
+    StoredDriftRow,
+    StoredRefusalRow,
     DeterminismRecord,
 )
 

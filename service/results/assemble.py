@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from core import assemble as assembler
 from core import gate
 from core.verdict import OPEN_JOBS
 from core.wire import (
@@ -38,11 +39,11 @@ from service.models import (
     Build,
     CapabilityRow,
     CheckRow,
-    DriftRowDB,
     FindingRow,
     Job,
-    RefusalRowDB,
     StageRow,
+    StoredDriftRow,
+    StoredRefusalRow,
     utcnow,
 )
 from service.results import reused_refusal
@@ -79,16 +80,22 @@ def stored(model: type[M], **values: Any) -> M:
     return model.model_construct(**{k: v for k, v in values.items() if k in model.model_fields})
 
 
+# A stage's own values that its row keeps column for column (name, status, reason, duration,
+# version, log tail, timings, ...): a field added to both is stored and read with no change here.
+_STAGE_COLUMNS = frozenset(StageResult.model_fields) & set(StageRow.__table__.columns.keys())
+# typed on the way out, cut on the way in, NULL in old rows, or the build's rather than the job's
+_STAGE_APART = frozenset({"name", "status", "log_tail", "surface", "timings"})
+
+
 def _stage_result(row: StageRow) -> StageResult:
+    """A stored stage as the report's job shows it (its surface is the build's, not the job's)."""
     return stored(
         StageResult,
+        **{k: getattr(row, k) for k in _STAGE_COLUMNS - _STAGE_APART},
+        timings=row.timings or {},  # NULL in a row older than the column's default
         name=Stage(row.name),
         status=Status(row.status),
-        reason=row.reason,
-        duration_s=row.duration_s,
-        version=row.version,
         log_tail=row.log_tail,
-        timings=row.timings or {},
         checks=[
             stored(Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
             for c in row.checks
@@ -96,36 +103,29 @@ def _stage_result(row: StageRow) -> StageResult:
     )
 
 
-def replaces(held_method: str | None, method: str | None, *, held: bool) -> bool:
-    """Across a build's jobs (rows in id order), which probe speaks for a subject: the first one,
-    unless it could not read the knob (no method answered) and a later one could. The report and
-    the grid both decide with this."""
-    return not held or (bool(method) and not held_method)
+def capabilities_of(rows: Iterable[CapabilityRow]) -> list[tuple[str, Capability]]:
+    """Capability rows as the wire's, in the order given."""
+    return [
+        (
+            row.subject,
+            stored(
+                Capability,
+                importable=row.importable,
+                knob=row.knob,
+                present=row.present,
+                default=row.default,
+                method=row.method,
+                error=row.error,
+                entry_point=row.entry_point,
+            ),
+        )
+        for row in rows
+    ]
 
 
 def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
-    """One view per subject across jobs: a job that read the knob wins over one that could not.
-
-    The build's capabilities in its report, and what the next build of its line is compared
-    with (``feature_regression.py``), as ``fe-ci validate --previous REPORT.json`` compares
-    with a report's.
-    """
-    out: dict[str, Capability] = {}
-    for row in rows:
-        cap = stored(
-            Capability,
-            importable=row.importable,
-            knob=row.knob,
-            present=row.present,
-            default=row.default,
-            method=row.method,
-            error=row.error,
-            entry_point=row.entry_point,
-        )
-        held = out.get(row.subject)
-        if replaces(held.method if held else None, cap.method, held=held is not None):
-            out[row.subject] = cap
-    return out
+    """One view per subject across a build's jobs (``core.assemble.merge_capabilities``)."""
+    return assembler.merge_capabilities(capabilities_of(rows))
 
 
 def build_report(session: Session, build: Build) -> BuildReport:
@@ -137,7 +137,6 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         .order_by(Job.id)
     ).all()
-    families = {j.id: j.family for j in jobs}
     settings = session.info.get("settings")
     require = settings.require if isinstance(settings, Settings) else [gate.ALL]
     fleet = _fleet(session, settings, jobs)
@@ -162,11 +161,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         for j in jobs
     ]
     job_reports = reused_refusal.attach(job_reports, jobs)
-    findings = _rows(session, FindingRow, build.id)
-    caps = _rows(session, CapabilityRow, build.id)
-    drift = _rows(session, DriftRowDB, build.id)
-    refusal = _rows(session, RefusalRowDB, build.id)
-    report = BuildReport(
+    head = BuildReport(
         id=build.id,
         source=build.source,
         version=build.version,
@@ -179,30 +174,45 @@ def build_report(session: Session, build: Build) -> BuildReport:
         created_at=build.created_at,
         status=build_status(build),
         verdict=Verdict.pending,
-        capabilities=merge_capabilities(caps),
-        findings=once_per_build(findings),
         jobs=job_reports,
+        history=history_rows(session, build.id),
+    )
+    return assembler.assemble(head, _reported(session, build.id, jobs), require)
+
+
+def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler.Reported:
+    """The build's rows as the wire's models, in the order they were stored."""
+    families = {j.id: j.family for j in jobs}
+    return assembler.Reported(
+        findings=[
+            (
+                row.job_id,
+                stored(
+                    Finding,
+                    kind=row.kind,
+                    severity=Severity(row.severity),
+                    subject=row.subject,
+                    message=row.message,
+                ),
+            )
+            for row in _rows(session, FindingRow, build_id)
+        ],
+        capabilities=capabilities_of(_rows(session, CapabilityRow, build_id)),
         drift=[
             stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
-            for d in drift
+            for d in _rows(session, StoredDriftRow, build_id)
         ],
         refusal=[
-            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)}) for r in refusal
+            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)})
+            for r in _rows(session, StoredRefusalRow, build_id)
         ],
-        history=history_rows(session, build.id),
-        surface=surface_of(j.stage_rows for j in jobs),
+        surfaces=[
+            [stored(SurfaceKnob, **k) for k in row.surface]
+            for j in jobs
+            for row in j.stage_rows
+            if row.name == Stage.probe and row.surface
+        ],
     )
-    return gate.conclude(report, require)
-
-
-def surface_of(stages: Iterable[Iterable[StageRow]]) -> list[SurfaceKnob]:
-    """A build's surface: the first of its jobs' probes that discovered one (each job probes the
-    same build, so each finds the same)."""
-    for rows in stages:
-        for row in rows:
-            if row.name == Stage.probe and row.surface:
-                return [stored(SurfaceKnob, **k) for k in row.surface]
-    return []
 
 
 def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
@@ -210,30 +220,6 @@ def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] 
     if not isinstance(settings, Settings) or not any(j.state == JobState.queued for j in jobs):
         return None
     return capable.alive(session, settings, utcnow())
-
-
-def once_per_build(rows: list[FindingRow]) -> list[Finding]:
-    """One finding per (kind, severity, subject, message), with every job that reported it.
-
-    Each job of a build probes the same wheel, so each posts the same probe findings; a reader
-    needs them once. Rows with no job (the line's findings) list no job.
-    """
-    out: dict[tuple[str, str, str | None, str], Finding] = {}
-    for row in rows:
-        key = (row.kind, row.severity, row.subject, row.message)
-        held = out.get(key)
-        if held is None:
-            held = out[key] = stored(
-                Finding,
-                kind=row.kind,
-                severity=Severity(row.severity),
-                subject=row.subject,
-                message=row.message,
-                job_ids=[],
-            )
-        if row.job_id is not None and row.job_id not in held.job_ids:
-            held.job_ids.append(row.job_id)
-    return list(out.values())
 
 
 def _rows(session: Session, table: type[T], build_id: int) -> list[T]:
@@ -274,13 +260,11 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         return old
     row = StageRow(
         job_id=job.id,
+        **result.model_dump(include=set(_STAGE_COLUMNS - _STAGE_APART)),
+        timings=result.timings,
         name=result.name,
         status=result.status,
-        reason=result.reason,
-        duration_s=result.duration_s,
-        version=result.version,
         log_tail=result.log_tail[-4000:],
-        timings=result.timings,
         surface=[k.model_dump() for k in result.surface],
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
@@ -294,9 +278,9 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
     for subject, cap in result.capabilities.items():
         session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
     for d in result.drift:
-        session.add(DriftRowDB(**ids, family=job.family, **d.model_dump()))
+        session.add(StoredDriftRow(**ids, family=job.family, **d.model_dump()))
     for r in result.refusal:
-        session.add(RefusalRowDB(**ids, **r.model_dump()))
+        session.add(StoredRefusalRow(**ids, **r.model_dump()))
     if result.version and result.name in (Stage.install, Stage.probe):
         job.build.version = result.version
     return row

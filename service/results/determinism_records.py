@@ -6,9 +6,10 @@ keyed by ``core.history.comparable_key`` and tagged with the pin's series; the n
 same key and series from another build is "the previous comparable build", and the genuine
 records before it (none flagged) make the cost gate's band. The comparison itself is
 ``core.history.compare``; its findings are stored with the job's other findings. A measurement
-off the job's pin is refused before anything of the stage is stored. A job rerun's copies of the
-other jobs' records (``copied``) are never a previous build nor in a band: a measurement counts
-once, in the build that made it.
+off the job's pin is refused (``OffPin``, 422): the stage's rows are written first, and the
+post's transaction is rolled back with the refusal, so nothing of the stage stays stored. A job
+rerun's copies of the other jobs' records (``copied``) are never a previous build nor in a band:
+a measurement counts once, in the build that made it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from core import history
+from core.kinds import FindingKind
 from core.wire import Check, Finding, HistoryRow, Severity, Stage, StageResult
 from service.models import ComparisonPin, DeterminismRecord, FindingRow, Job
 from service.results import pins
@@ -94,7 +96,7 @@ def _record(
     pin: ComparisonPin | None,
     cost_factor: float,
 ) -> DeterminismRecord:
-    subject = check.name.partition(".")[0]
+    subject = check.subject
     key = history.comparable_key(metrics["comparable"])
     pin_id = pin.id if pin else None
     prev = previous_record(session, key, job.build_id, pin_id)
@@ -164,7 +166,7 @@ def _series_marker(session: Session, pin: ComparisonPin, subject: str) -> Findin
     ).first()
     old = f"series {before.series} at {before.config}" if before else "the earlier series"
     return Finding(
-        kind="comparison_point_changed",
+        kind=FindingKind.comparison_point_changed,
         severity=Severity.info,
         subject=subject,
         message=(

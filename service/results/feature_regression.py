@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session
 
 from core import regression, surface
 from core.bounds import clip
+from core.kinds import FindingKind
 from core.wire import Capability, Finding, Severity, StageResult
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job, StageRow
 from service.results.assemble import merge_capabilities
 
-LINE_KINDS = ("feature_regression", *surface.LINE_KINDS)
+LINE_KINDS = (FindingKind.feature_regression, *surface.LINE_KINDS)
 
 
 def _capabilities(session: Session, build_id: int) -> dict[str, Capability]:

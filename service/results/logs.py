@@ -18,67 +18,51 @@ job's attempt: an abandoned attempt's are removed with its other results
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.redaction import kept, redact, redact_text
 from core.text import visible
 from core.wire import LOG_MAX_CHARS, STAGE_ORDER, BuildReport, Stage, StageResult
 from service.config import Settings
 from service.models import Job, StageLog
 
-REDACTED = "[redacted]"
 PAGE_CHARS = 16 * 1024  # the build page shows each log's end; the whole one is a link away
 
 
-def secret_values(settings: Settings, *more: str | None) -> list[str]:
+def secret_values(settings: Settings, *more: str | None) -> tuple[str, ...]:
     """Every secret the service holds (and ``more``: the caller's lease token and its own
-    runner token, which the service keeps only hashed)."""
-    values = [
-        settings.submit_token,
-        settings.runner_token,
-        settings.admin_token,
-        settings.webhook_secret,
-        settings.github_token,
-        settings.notify_secret,
-        *(settings.github_app_private_key or "").splitlines(),
-        *more,
-    ]
-    # a short value would redact ordinary words; the settings refuse tokens under 8 characters
-    return sorted({v.strip() for v in values if v and len(v.strip()) >= 8}, key=len, reverse=True)
+    runner token, which the service keeps only hashed), as ``core.redaction.kept`` keeps them."""
+    return kept(
+        [
+            settings.submit_token,
+            settings.runner_token,
+            settings.admin_token,
+            settings.webhook_secret,
+            settings.github_token,
+            settings.notify_secret,
+            *(settings.github_app_private_key or "").splitlines(),
+            *more,
+        ]
+    )
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def redact_result(result: StageResult, secrets: list[str]) -> StageResult:
+def redact_result(result: StageResult, secrets: tuple[str, ...]) -> StageResult:
     """The stage's result with every secret in its texts (reasons, details, metrics, messages,
     the failure tail) redacted; the same object when none holds one (the common case, checked
     on its JSON once)."""
     dumped = result.model_dump_json()
     if not any(value in dumped for value in secrets):
         return result
-    return StageResult.model_validate(_redact_doc(result.model_dump(mode="json"), secrets))
+    return StageResult.model_validate(redact(result.model_dump(mode="json"), secrets))
 
 
-def _redact_doc(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact(k, secrets): _redact_doc(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_doc(v, secrets) for v in value]
-    return value
-
-
-def store(session: Session, job: Job, stage: Stage, text: str | None, secrets: list[str]) -> None:
+def store(
+    session: Session, job: Job, stage: Stage, text: str | None, secrets: tuple[str, ...]
+) -> None:
     """Keep a stage's log (once: a retried post keeps the first)."""
     if not text:
         return
@@ -87,8 +71,8 @@ def store(session: Session, job: Job, stage: Stage, text: str | None, secrets: l
     ).first()
     if found is not None:
         return
-    kept = redact(text[-LOG_MAX_CHARS:], secrets)
-    session.add(StageLog(build_id=job.build_id, job_id=job.id, stage=stage.value, text=kept))
+    clean = redact_text(text[-LOG_MAX_CHARS:], secrets)
+    session.add(StageLog(build_id=job.build_id, job_id=job.id, stage=stage.value, text=clean))
 
 
 def of_build(session: Session, build_id: int) -> dict[tuple[int, str], str]:

@@ -188,7 +188,7 @@ def series_for(
     A measurement off the pin the job was leased with is refused (``OffPin``): the runner was
     told where to measure. One at a config the subject does not have is refused too.
     """
-    subject = check.name.partition(".")[0]
+    subject = check.subject
     entry = SUBJECTS.get(subject)
     config = str(measured.get("config_name"))
     if entry is not None and entry.configs and config not in entry.config_names:

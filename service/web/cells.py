@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
-from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner
+from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner, why_uncovered
 from core.wire import JobKind, JobOutcome, JobState, Stage, Status, Verdict
+from core.wire.results import subject_of
 from service.jobs.capable import waiting_reason
 
 # Worst first: the state a cell shows when several jobs or checks disagree. The statuses keep
@@ -86,7 +87,7 @@ class CheckView:
 
     @property
     def subject(self) -> str:
-        return self.name.split(".", 1)[0]
+        return subject_of(self.name)
 
 
 @dataclass
@@ -221,16 +222,14 @@ def subject_cell(
         return Cell("waiting", waiting_text(family), f"no runner with arch={family} is alive")
     if active:
         return Cell.of("pending", "queued")
-    skipped = [c for c in checks if c.status == Status.skipped]
-    if skipped:
-        return Cell.of("skipped", "; ".join(sorted({c.detail for c in skipped})))
-    if checks:
+    why = why_uncovered(name, checks)  # the report's rule (its ``not_run``), check for check
+    if why is None:  # none ran (above), so each said it cannot apply
         return Cell.of("not_applicable", checks[0].detail)
-    if cap is None:
+    if cap is None and not checks:
         if any(j.state in OPEN_JOBS for j in jobs):
             return Cell.of("pending", "not probed yet")
         return Cell.of("skipped", "not run: no probe result")
-    return Cell.of("skipped", no_runner(families))
+    return Cell.of("skipped", why)
 
 
 def verdict_cell(verdict: str, reason: str, jobs: Sequence[JobView]) -> Cell:

@@ -14,13 +14,14 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.assemble import replaces
 from core.subjects import SUBJECTS
 from core.verdict import NOT_PASSED
 from core.wire import STAGE_ORDER, Stage
 from service.config import Settings
 from service.jobs import capable
 from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
-from service.results.assemble import replaces, status_of
+from service.results.assemble import status_of
 from service.results.build_list import filtered_builds
 from service.web.cells import (
     CapView,

@@ -92,7 +92,7 @@ def runner_state(runner: Runner, since: datetime) -> str:
         return "revoked"
     if runner.offline_at is not None:
         return "offline"
-    return "alive" if runner.last_seen_at >= since else "gone"
+    return "alive" if runner.is_alive(since) else "gone"
 
 
 def runner_views(session: Session, settings: Settings, now: datetime) -> list[RunnerView]:

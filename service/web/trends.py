@@ -23,9 +23,9 @@ from service.models import (
     CheckRow,
     ComparisonPin,
     DeterminismRecord,
-    DriftRowDB,
     Job,
     StageRow,
+    StoredDriftRow,
 )
 from service.web.templating import templates, timed
 
@@ -133,7 +133,10 @@ class Chart:
 def recent_builds(session: Session, limit: int) -> list[int]:
     """The newest builds that measured drift, oldest first (the charts' x axis)."""
     ids = session.scalars(
-        select(DriftRowDB.build_id).distinct().order_by(DriftRowDB.build_id.desc()).limit(limit)
+        select(StoredDriftRow.build_id)
+        .distinct()
+        .order_by(StoredDriftRow.build_id.desc())
+        .limit(limit)
     )
     return sorted(ids)
 
@@ -142,16 +145,16 @@ def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
     chart = Chart(f"{subject}: control arm (knob off), differing / runs", builds, 1.0, "share")
     stmt = (
         select(
-            DriftRowDB.build_id,
-            DriftRowDB.family,
-            func.max(DriftRowDB.differing * 1.0 / DriftRowDB.runs),
-            func.max(DriftRowDB.runs),
-            func.max(DriftRowDB.differing),
+            StoredDriftRow.build_id,
+            StoredDriftRow.family,
+            func.max(StoredDriftRow.differing * 1.0 / StoredDriftRow.runs),
+            func.max(StoredDriftRow.runs),
+            func.max(StoredDriftRow.differing),
         )
-        .where(DriftRowDB.subject == subject, DriftRowDB.arm == "control")
-        .where(DriftRowDB.build_id.in_(builds), DriftRowDB.runs > 0)
-        .group_by(DriftRowDB.build_id, DriftRowDB.family)
-        .order_by(DriftRowDB.build_id)
+        .where(StoredDriftRow.subject == subject, StoredDriftRow.arm == "control")
+        .where(StoredDriftRow.build_id.in_(builds), StoredDriftRow.runs > 0)
+        .group_by(StoredDriftRow.build_id, StoredDriftRow.family)
+        .order_by(StoredDriftRow.build_id)
     )
     by_family: dict[str | None, Series] = {}
     for build_id, family, share, runs, differing in session.execute(stmt):

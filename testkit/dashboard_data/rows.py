@@ -20,12 +20,12 @@ from service.models import (
     Build,
     CapabilityRow,
     CheckRow,
-    DriftRowDB,
     FindingRow,
     Job,
-    RefusalRowDB,
     Runner,
     StageRow,
+    StoredDriftRow,
+    StoredRefusalRow,
 )
 
 ORDER = (
@@ -36,8 +36,8 @@ ORDER = (
     CheckRow,
     FindingRow,
     CapabilityRow,
-    DriftRowDB,
-    RefusalRowDB,
+    StoredDriftRow,
+    StoredRefusalRow,
 )
 ACTIVATIONS = tuple(consumer_subjects())
 REQUESTS = ("none", "env", "torch_flag", "both", "env_allow+torch_flag")
@@ -254,7 +254,7 @@ class Ctx:
                 ("deterministic", det_runs, det_differing),
             ):
                 self.s.add(
-                    DriftRowDB,
+                    StoredDriftRow,
                     build_id=build_id,
                     job_id=job_id,
                     family=family,
@@ -288,7 +288,7 @@ class Ctx:
             if expected == "deterministic" and left:
                 observed, status, left = "passed_false", "fail", left - 1
             self.s.add(
-                RefusalRowDB,
+                StoredRefusalRow,
                 build_id=build_id,
                 job_id=job_id,
                 activation=a,

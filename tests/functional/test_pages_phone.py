@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from service.db import make_engine
-from service.models import Build, DriftRowDB, Job
+from service.models import Build, Job, StoredDriftRow
 from testkit import loopback
 from testkit.dashboard_data.extras import COMMITS, seed_bisection, seed_logs
 from testkit.service import SUBMIT, Service
@@ -110,7 +110,7 @@ def test_trends_name_builds_on_the_axis_and_fold_subjects_that_never_ran(
             session.add_all([build, job])
             session.flush()
             session.add(
-                DriftRowDB(
+                StoredDriftRow(
                     build_id=build.id,
                     job_id=job.id,
                     family="sm_90",

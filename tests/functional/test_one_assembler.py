@@ -1,0 +1,106 @@
+"""The service's report and ``fe-ci validate``'s are one assembler's: the same stage results,
+stored through the service's stage post (a real SQLite database at the newest schema) and handed
+to ``fe-ci validate``'s local report, give the same findings, capabilities, drift, refusal rows,
+surface and verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from core.wire import (
+    Capability,
+    DriftRow,
+    Finding,
+    RefusalRow,
+    Severity,
+    Stage,
+    StageResult,
+    Status,
+    SurfaceKnob,
+)
+from runner.pipeline.localreport import local_report
+from runner.pipeline.stage_results import Result
+from service.db import make_engine, migrate
+from service.models import Build, Job
+from service.results.assemble import build_report, store_stage
+
+WARN = Finding(kind="ledger", severity=Severity.warning, subject="sdpa_bwd", message="drifted")
+UNREAD = Capability(importable=False, knob="deterministic", present=False, error="no GPU")
+READ = Capability(
+    importable=True, knob="deterministic", present=True, default="False", method="signature"
+)
+
+
+def _stages() -> list[StageResult]:
+    """A CPU job's stages: the same warning twice (install and probe both saw it), a subject its
+    install could not read and its probe could, drift and refusal rows, a surface."""
+    knob = SurfaceKnob(
+        entry_point="cudnn.sdpa", knob="deterministic", kind="parameter", method="ast"
+    )
+    drift = DriftRow(
+        subject="sdpa_bwd", output="dq", arm="control", runs=3, differing=0, distinct=1,
+        max_abs_diff=0.0, finite=True,
+    )  # fmt: skip
+    refusal = RefusalRow(
+        activation="relu", request="det", scale_bias=False, fc1_bias=False, unit_scale=False,
+        expected="refuse", observed="refuse", status=Status.pass_,
+    )  # fmt: skip
+    return [
+        StageResult(
+            name=Stage.install, status=Status.pass_, findings=[WARN],
+            capabilities={"sdpa_bwd": UNREAD},
+        ),
+        StageResult(
+            name=Stage.probe, status=Status.pass_, findings=[WARN],
+            capabilities={"sdpa_bwd": READ}, surface=[knob], drift=[drift],
+        ),
+        StageResult(name=Stage.refusal, status=Status.pass_, refusal=[refusal]),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    url = f"sqlite:///{tmp_path / 'fe-ci.sqlite3'}"
+    migrate(url)
+    engine = make_engine(url)
+    with Session(engine) as s:
+        yield s
+    engine.dispose()
+
+
+def test_the_service_and_validate_assemble_the_same_report(session: Session) -> None:
+    stages = _stages()
+    build = Build(source="wheel", version="1.32.0", filename="w-1.32.0.whl")
+    session.add(build)
+    session.flush()
+    job = Job(build_id=build.id, kind="cpu", stages=[s.name.value for s in stages])
+    session.add(job)
+    session.flush()
+    for stage in stages:
+        store_stage(session, job, stage)
+    job.state = "finished"
+    session.flush()
+    service = build_report(session, build)
+
+    result = Result(stages=stages, capabilities={"sdpa_bwd": UNREAD}, version="1.32.0")
+    local = local_report(result, wheel=None, family=None, version="1.32.0")
+
+    def findings(report: object) -> list[tuple[str, str, str | None, str]]:
+        return [(f.kind, f.severity, f.subject, f.message) for f in report.findings]  # type: ignore[attr-defined]
+
+    assert findings(service) == findings(local) == [("ledger", "warning", "sdpa_bwd", "drifted")]
+    assert service.findings[0].job_ids == [job.id] and local.findings[0].job_ids == []
+    assert service.capabilities == local.capabilities == {"sdpa_bwd": READ}
+    drop = {"job_id"}
+    assert [d.model_dump(exclude=drop) for d in service.drift] == [
+        d.model_dump(exclude=drop) for d in local.drift
+    ]
+    assert [r.model_dump(exclude=drop) for r in service.refusal] == [
+        r.model_dump(exclude=drop) for r in local.refusal
+    ]
+    assert service.surface == local.surface and len(local.surface) == 1
+    assert (service.verdict, service.verdict_reason) == (local.verdict, local.verdict_reason)
