@@ -2,7 +2,7 @@
 
 200 reruns in 5.9 s queued 200 builds: a rerun is a new build with all its jobs, and nothing
 bounded how many a token could ask for. A build counts as queued while one of its jobs is still
-to run or running (waiting, queued or leased) and it is not cancelled. Two caps, checked when a
+to run or running (``core.verdict.OPEN_JOBS``) and it is not cancelled. Two caps, checked when a
 build is submitted (``POST /validate``) or rerun (``POST /api/builds/{id}/rerun`` and
 ``.../jobs/{id}/rerun``):
 
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from core.wire import JobState
+from core.verdict import OPEN_JOBS
 from service.config import Settings
 from service.errors import ApiError
 from service.models import Build, Job
@@ -34,7 +34,7 @@ log = logging.getLogger("fe_ci.quotas")
 
 SUBMIT_TOKEN = "token"  # what ``deps.require_submitter`` names the submit token in ``submitted_by``
 
-OPEN_JOB_STATES = (JobState.waiting, JobState.queued, JobState.leased)
+OPEN_JOB_STATES = tuple(OPEN_JOBS)
 
 _admission = threading.Lock()
 

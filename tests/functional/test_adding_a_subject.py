@@ -140,6 +140,7 @@ def copy() -> Iterator[Path]:
         tree = root / "tree"
         for part in TREE:
             shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copyfile(ROOT / ".gitignore", tree / ".gitignore")  # byte code the runs leave
         _git(tree, "init", "-q")
         _git(tree, "add", "-A")
         _git(tree, "commit", "-q", "-m", "fe-ci as it is")

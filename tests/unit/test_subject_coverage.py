@@ -46,7 +46,7 @@ def _report(checks: dict[str, list[tuple[Status, str]]]) -> BuildReport:
 def _cell_reason(report: BuildReport) -> tuple[str, str]:
     views = [
         JobView(id=j.id or 0, build_id=1, kind=j.kind, family=j.family, stages=["determinism"],
-                state=j.status, reason="", attempt=1, runner="r")
+                state=j.status, outcome=None, reason="", attempt=1, runner="r")
         for j in report.jobs
     ]  # fmt: skip
     checks = [
