@@ -28,6 +28,8 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
+# The knob of a subject whose entry point follows torch.use_deterministic_algorithms.
+TORCH_FLAG = "torch_flag"
 LEDGER_PATH = Path(__file__).with_name("ledger.json")
 EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
 
@@ -42,7 +44,8 @@ class Subject:
     families: tuple[str, ...]
     outputs: tuple[str, ...]
     # How the knob is found: "signature" reads inspect.signature; "docstring" reads the first line
-    # of a compiled pybind11 method's __doc__ (those have no readable signature).
+    # of a compiled pybind11 method's __doc__ (those have no readable signature); "torch_flag"
+    # reads its source: the knob is TORCH_FLAG, present when it reads the torch flag.
     probe_method: str = "signature"
     # Extra keyword arguments the entry point needs for this subject (e.g. act_func="dswiglu").
     fixed_kwargs: dict[str, str] = field(default_factory=dict)
@@ -67,6 +70,9 @@ class Subject:
     # The comparison point, when the subject declares one (a name in ``configs``); "" = chosen by
     # measuring, once per family: the first config whose control varied robustly.
     comparison: str = ""
+    # The oldest cuDNN backend library the entry point runs on ("" = any): on an older one the
+    # subject is skipped, "not covered: needs a newer cuDNN backend", never an error of the build.
+    min_backend: str = ""
 
     @property
     def config_names(self) -> tuple[str, ...]:
@@ -128,6 +134,15 @@ class Feature:
 
 def knob_feature(s: Subject) -> Feature:
     short = s.entry_point.rsplit(".", 1)[-1]
+    if s.probe_method == "torch_flag":
+        return Feature(
+            id=s.feature,
+            subject=s.name,
+            entry_points=s.entry_points,
+            detect={"method": "torch_flag"},
+            has=s.has or f"{short} already follows torch.use_deterministic_algorithms",
+            lacks=s.lacks or f"{short} does not read the torch flag",
+        )
     return Feature(
         id=s.feature,
         subject=s.name,
@@ -208,6 +223,64 @@ BUILTIN_SUBJECTS: tuple[Subject, ...] = (
     ),
 )
 
+# The packed THD configs: ragged sequences (token counts per sequence), causal, padded LSE.
+THD_SMALL = (128, 384, 256, 512)
+THD_LARGE = (1024, 1536, 512, 2048)
+
+TORCH_FLAG_SUBJECTS: tuple[Subject, ...] = (
+    Subject(
+        name="sdpa_torch_bwd",
+        entry_point="cudnn.sdpa.fwd.torch_op._sdpa_backward",
+        knob=TORCH_FLAG,
+        probe_method="torch_flag",
+        families=("sm_90", "sm_100"),
+        outputs=("dq", "dk", "dv"),
+        # 1.28.0's cudnn::sdpa op (cudnn.experimental.ops) has a backward that never reads the
+        # flag: the probe finds it there and says the knob is absent.
+        alternates=("cudnn.experimental.ops.sdpa._sdpa_backward",),
+        note="cudnn.sdpa_torch's autograd backward; control: flag off, deterministic arm: flag "
+        "on, its runs alternating with warn_only=True",
+        has="cudnn.sdpa_torch's backward already follows torch.use_deterministic_algorithms",
+        lacks="cudnn.sdpa_torch's backward does not read torch.are_deterministic_algorithms_"
+        "enabled()",
+        configs=(
+            ("b1_h8_s512_d64_causal", {"layout": "bhsd", "b": 1, "h": 8, "s": 512, "d": 64}),
+            (
+                "thd_h8_d64_t1280_causal",
+                {"layout": "thd", "lens": list(THD_SMALL), "h": 8, "d": 64},
+            ),
+            ("b4_h16_s2048_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 2048, "d": 128}),
+            (
+                "thd_h16_d128_t5120_causal",
+                {"layout": "thd", "lens": list(THD_LARGE), "h": 16, "d": 128},
+            ),
+            ("b4_h16_s4096_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 4096, "d": 128}),
+            ("b8_h16_s4096_d128_causal", {"layout": "bhsd", "b": 8, "h": 16, "s": 4096, "d": 128}),
+        ),  # fmt: skip
+    ),
+    Subject(
+        name="causal_conv1d_bwd",
+        entry_point="cudnn.ops.causal_conv1d._run_causal_conv1d_bulk_backend",
+        knob=TORCH_FLAG,
+        probe_method="torch_flag",
+        families=("sm_90", "sm_100"),
+        outputs=("dx", "dweight"),
+        note="cudnn.ops.causal_conv1d's autograd backward, bf16, width 4, SiLU, channel-last x, "
+        "no bias; with a bias the flag must refuse (frontend refusal rows)",
+        has="cudnn.ops.causal_conv1d's backward already follows torch.use_deterministic_algorithms",
+        lacks="cudnn.ops.causal_conv1d's backward does not read torch.are_deterministic_"
+        "algorithms_enabled()",
+        # The H200's cuDNN 9.19.0 has no cudnnCausalConv1dForward (1.32.0 raises "Unable to find
+        # symbol"); 9.20.0 is the lower bound that evidence allows, not a measured first release.
+        min_backend="9.20.0",
+        configs=(
+            ("b2_t2048_d1024_w4_silu", {"b": 2, "t": 2048, "dim": 1024}),
+            ("b4_t4096_d2048_w4_silu", {"b": 4, "t": 4096, "dim": 2048}),
+            ("b4_t8192_d2048_w4_silu", {"b": 4, "t": 8192, "dim": 2048}),
+        ),
+    ),
+)
+
 # Features that are not a subject's knob but still tell a version's truth.
 OTHER_FEATURES: tuple[Feature, ...] = (
     Feature(
@@ -245,7 +318,12 @@ def _extension() -> ModuleType | None:
 _EXTRA = _extension()
 
 SUBJECTS: dict[str, Subject] = {
-    s.name: s for s in (*BUILTIN_SUBJECTS, *(getattr(_EXTRA, "SUBJECTS", None) or ()))
+    s.name: s
+    for s in (
+        *BUILTIN_SUBJECTS,
+        *TORCH_FLAG_SUBJECTS,
+        *(getattr(_EXTRA, "SUBJECTS", None) or ()),
+    )
 }
 
 FEATURES: tuple[Feature, ...] = (
@@ -272,6 +350,29 @@ def knob_release(name: str) -> str:
     missing = entry.get("missing_in") or []
     gaps = f" (not {', '.join(missing)})" if missing else ""
     return f"{entry['since']} or later{gaps}"
+
+
+def backend_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``"9.19.0"`` or ``"91900"`` (cudnn.backend_version()) as (9, 19, 0); None if unreadable."""
+    text = (version or "").strip()
+    if text.isdigit() and len(text) >= 5:  # MAJOR*10000 + MINOR*100 + PATCH
+        n = int(text)
+        return (n // 10000, n // 100 % 100, n % 100)
+    parts = text.split(".")
+    if not text or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def backend_too_old(subject: Subject, backend: str | None) -> str:
+    """Why this cuDNN backend cannot run the subject ("" when it can, or cannot be told)."""
+    need, have = backend_tuple(subject.min_backend), backend_tuple(backend)
+    if not subject.min_backend or need is None or have is None or have >= need:
+        return ""
+    return (
+        f"not covered: needs a newer cuDNN backend ({subject.name} needs >= "
+        f"{subject.min_backend}, this host has {backend})"
+    )
 
 
 def family_of(major: int, minor: int) -> str | None:
