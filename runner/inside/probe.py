@@ -93,7 +93,7 @@ def probe_subject(subject: Subject) -> dict[str, Any]:
     if knob not in params:
         why = f"no '{knob}' parameter on {entry} (read from its {method})"
         if method == "torch_flag":
-            why = f"{entry} does not read torch.are_deterministic_algorithms_enabled() (read from its source)"
+            why = f"{entry} does not read torch.are_deterministic_algorithms_enabled() (its source)"
         out["check"] = _check(check, "not_applicable", why)
         return out
     default = params[knob]
