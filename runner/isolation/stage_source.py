@@ -21,6 +21,7 @@ CORE_FOR_CANDIDATE = (
     "__init__.py",
     "subjects.py",
     "surface.py",
+    "frontend_refusals.py",
     "comparable.py",
     "harness.py",
     "ledger.json",
