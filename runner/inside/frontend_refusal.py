@@ -21,8 +21,7 @@ import torch
 from core.frontend_refusals import FRONTEND_REFUSALS, FrontendRefusal
 from core.subjects import backend_tuple
 from runner.inside.documents import CheckDoc
-from runner.inside.introspect import Absent, ImportFailed, describe, resolve
-from runner.inside.subjects.base import knob_present
+from runner.inside.introspect import Absent, ImportFailed, describe, read_parameters, resolve
 from runner.inside.torchflag import flag
 
 SEED = 20261207
@@ -96,6 +95,8 @@ def not_run(row: FrontendRefusal, device: torch.device | None, family: str | Non
             backend: str | None) -> tuple[str, str]:  # fmt: skip
     """("", "") when the row runs here, else its status and reason."""
     present, why = present_in_build(row)
+    if present is None:
+        return "skipped", why
     if not present:
         return "not_applicable", f"{why}: nothing to refuse (owed from {row.since})"
     owed = " or ".join(row.families)
@@ -112,14 +113,20 @@ def not_run(row: FrontendRefusal, device: torch.device | None, family: str | Non
     return "", ""
 
 
-def present_in_build(row: FrontendRefusal) -> tuple[bool, str]:
-    """Whether this build has the row's entry point (and, for a parameter, the knob on it)."""
-    if row.knob != "torch flag":
-        return knob_present(row.entry_point, row.knob, "signature")
-    try:  # the torch flag is read below the public function: its presence is the row's
-        resolve(row.entry_point)
-    except (Absent, ImportFailed) as exc:
-        return False, f"{row.entry_point} not importable: {describe(exc.cause)}"
+def present_in_build(row: FrontendRefusal) -> tuple[bool | None, str]:
+    """Whether this build has the row's entry point (and, for a parameter, the knob on it);
+    None when the build has it but it does not import here (a dependency this host lacks)."""
+    try:
+        obj = resolve(row.entry_point)
+    except Absent as exc:
+        return False, f"{row.entry_point} is not in this build ({describe(exc.cause)})"
+    except ImportFailed as exc:
+        return None, f"{row.entry_point} did not import here: {describe(exc.cause)[:300]}"
+    if row.knob == "torch flag":  # read below the public function: its presence is the row's
+        return True, ""
+    params, _ = read_parameters(obj, "signature")
+    if params is None or row.knob not in params:
+        return False, f"{row.entry_point} has no '{row.knob}'"
     return True, ""
 
 

@@ -98,10 +98,13 @@ def probe_subject(subject: Subject) -> dict[str, Any]:
         return out
     default = params[knob]
     cap.update(present=True, default=default)
+    said = f"{entry} takes '{knob}' (default {default}, read from its {method})"
+    if method == "torch_flag":
+        said = f"{entry} reads {default} (read from its source)"
     out["check"] = _check(
         check,
         "pass",
-        f"{entry} takes '{knob}' (default {default}, read from its {method})",
+        said,
         {"method": method, "default": default},
     )
     if default is not None and default != "None" and subject.probe_method != "torch_flag":
