@@ -246,8 +246,8 @@ TORCH_FLAG_SUBJECTS: tuple[Subject, ...] = (
         configs=(
             ("b1_h8_s512_d64_causal", {"layout": "bhsd", "b": 1, "h": 8, "s": 512, "d": 64}),
             ("thd_h8_d64_t1280_causal", {"layout": "thd", "lens": THD_SMALL, "h": 8, "d": 64}),
-            ("b4_h16_s2048_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 2048, "d": 128}),
             ("thd_h16_d128_t5120_causal", {"layout": "thd", "lens": THD_LARGE, "h": 16, "d": 128}),
+            ("b4_h16_s2048_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 2048, "d": 128}),
             ("b4_h16_s4096_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 4096, "d": 128}),
             ("b8_h16_s4096_d128_causal", {"layout": "bhsd", "b": 8, "h": 16, "s": 4096, "d": 128}),
         ),
