@@ -29,6 +29,9 @@ class FrontendRefusal:
     warns: str = ""  # the warning a call that runs must give
     min_backend: str = ""  # the oldest cuDNN backend the call runs on ("" = any)
     why: str = ""
+    # For a torch-flag row: the callable whose source must read the flag for the row to be owed
+    # (1.28.0 has causal_conv1d, and no flag in its backward: nothing to refuse).
+    flag_reader: str = ""
 
     @property
     def check(self) -> str:
@@ -44,6 +47,7 @@ class FrontendRefusal:
 
 DSA = "cudnn.deepseek_sparse_attention"
 CONV = "cudnn.ops.causal_conv1d.causal_conv1d"
+CONV_READER = "cudnn.ops.causal_conv1d._run_causal_conv1d_bulk_backend"
 CONV_BACKEND = "9.20.0"  # the H200's 9.19.0 has no cudnnCausalConv1dForward
 
 FRONTEND_REFUSALS: tuple[FrontendRefusal, ...] = (
@@ -76,6 +80,7 @@ FRONTEND_REFUSALS: tuple[FrontendRefusal, ...] = (
         since="1.29.0",
         raises="RuntimeError",
         min_backend=CONV_BACKEND,
+        flag_reader=CONV_READER,
         why="dbias accumulates with FP32 atomics: the flag cannot be honoured",
     ),
     FrontendRefusal(
@@ -87,6 +92,7 @@ FRONTEND_REFUSALS: tuple[FrontendRefusal, ...] = (
         since="1.29.0",
         warns="RuntimeWarning",
         min_backend=CONV_BACKEND,
+        flag_reader=CONV_READER,
         why="warn_only turns the refusal into a warning, and the backward runs",
     ),
 )

@@ -122,7 +122,15 @@ def present_in_build(row: FrontendRefusal) -> tuple[bool | None, str]:
         return False, f"{row.entry_point} is not in this build ({describe(exc.cause)})"
     except ImportFailed as exc:
         return None, f"{row.entry_point} did not import here: {describe(exc.cause)[:300]}"
-    if row.knob == "torch flag":  # read below the public function: its presence is the row's
+    if row.flag_reader:  # the flag is read below the public function: there, or not owed
+        try:
+            params, _ = read_parameters(resolve(row.flag_reader), "torch_flag")
+        except Absent:
+            params = {}
+        except ImportFailed as exc:
+            return None, f"{row.flag_reader} did not import here: {describe(exc.cause)[:300]}"
+        if not params:
+            return False, f"{row.flag_reader} does not read the torch flag in this build"
         return True, ""
     params, _ = read_parameters(obj, "signature")
     if params is None or row.knob not in params:
