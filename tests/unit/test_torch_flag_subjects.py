@@ -190,3 +190,23 @@ def test_knobs_with_a_refusal_row_or_a_torch_flag_subject_are_no_longer_warned()
     assert "indexer_backward_wrapper(deterministic=" not in named
     assert "torch_op._sdpa_backward" not in named and "_run_causal_conv1d_bulk_backend" not in named
     assert "indexer_top_k_wrapper(deterministic" in named  # still uncovered, still said
+
+
+def _reads_it() -> bool:
+    return torch.are_deterministic_algorithms_enabled()
+
+
+def _mentions_it() -> None:
+    """Follows torch.are_deterministic_algorithms_enabled(), says the docstring only."""
+    # torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_torch_flag_is_read_from_code_never_from_text() -> None:
+    from runner.inside.introspect import read_parameters
+
+    assert read_parameters(_reads_it, "torch_flag") == (
+        {"torch_flag": "torch.are_deterministic_algorithms_enabled()"},
+        "torch_flag",
+    )
+    assert read_parameters(_mentions_it, "torch_flag") == ({}, "torch_flag")
+    assert read_parameters(len, "torch_flag") == (None, None)  # no source: unreadable
