@@ -27,6 +27,9 @@ class FrontendRefusal:
     since: str  # the first release whose entry point owes it
     raises: str = ""  # the exception the call must raise ("" = it must run)
     warns: str = ""  # the warning a call that runs must give
+    # What the exception's or warning's message must say (case-insensitive), so a ValueError of
+    # bad inputs ("Q must live on CUDA") is never taken for the refusal.
+    says: str = "deterministic"
     min_backend: str = ""  # the oldest cuDNN backend the call runs on ("" = any)
     why: str = ""
     # For a torch-flag row: the callable whose source must read the flag for the row to be owed
@@ -79,6 +82,7 @@ FRONTEND_REFUSALS: tuple[FrontendRefusal, ...] = (
         families=("sm_90", "sm_100"),
         since="1.29.0",
         raises="RuntimeError",
+        says="not deterministic",
         min_backend=CONV_BACKEND,
         flag_reader=CONV_READER,
         why="dbias accumulates with FP32 atomics: the flag cannot be honoured",
@@ -91,6 +95,7 @@ FRONTEND_REFUSALS: tuple[FrontendRefusal, ...] = (
         families=("sm_90", "sm_100"),
         since="1.29.0",
         warns="RuntimeWarning",
+        says="not deterministic",
         min_backend=CONV_BACKEND,
         flag_reader=CONV_READER,
         why="warn_only turns the refusal into a warning, and the backward runs",

@@ -146,15 +146,19 @@ def judge(row: FrontendRefusal, call: Call, mode: str) -> tuple[str, str]:
             call()
         except Exception as exc:  # the candidate's call: any exception is an observation
             said = describe(exc)[:500]
-            if row.raises and type(exc).__name__ == row.raises:
+            if row.raises and type(exc).__name__ == row.raises and _says(row, str(exc)):
                 return "pass", f"raised as owed: {said}"
-            return "error", f"expected {row.expected}; the call raised {said}"
+            return "error", f"expected {row.expected} saying {row.says!r}; the call raised {said}"
     if row.raises:
         return "fail", f"{row.request} ran: the frontend owed {row.raises} ({row.why})"
-    warned = [w for w in seen if w.category.__name__ == row.warns]
+    warned = [w for w in seen if w.category.__name__ == row.warns and _says(row, str(w.message))]
     if row.warns and not warned:
-        return "fail", f"{row.request} ran without a {row.warns}"
+        return "fail", f"{row.request} ran without a {row.warns} saying {row.says!r}"
     return "pass", f"ran with {row.warns}: {str(warned[0].message)[:300]}" if warned else "ran"
+
+
+def _says(row: FrontendRefusal, message: str) -> bool:
+    return row.says.lower() in message.lower()
 
 
 def checks(device: torch.device | None, family: str | None, backend: str | None) -> list[CheckDoc]:

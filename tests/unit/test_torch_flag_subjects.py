@@ -133,6 +133,9 @@ def test_a_refusal_row_passes_only_on_the_owed_exception() -> None:
     status, why = frontend_refusal.judge(row, lambda: None, "off")
     assert status == "fail" and "ran" in why  # it ran where it had to refuse
     assert frontend_refusal.judge(row, _raises(RuntimeError("symbol")), "off")[0] == "error"
+    # a ValueError of bad inputs is not the refusal (what 1.32.0 says of CPU tensors)
+    bad_input = ValueError("Q must live on CUDA, got cpu")
+    assert frontend_refusal.judge(row, _raises(bad_input), "off")[0] == "error"
 
 
 def test_the_warn_only_row_needs_the_warning_and_a_run_and_sees_the_flag() -> None:
@@ -141,14 +144,20 @@ def test_the_warn_only_row_needs_the_warning_and_a_run_and_sees_the_flag() -> No
 
     def warns() -> object:
         seen.append(state())
-        warnings.warn("dbias uses atomics", RuntimeWarning, stacklevel=1)
+        warnings.warn("backward is not deterministic: dbias atomics", RuntimeWarning, stacklevel=1)
         return None
 
     assert frontend_refusal.judge(row, warns, "warn_only")[0] == "pass"
     assert seen == [(True, True)] and state() == (False, False)
     assert frontend_refusal.judge(row, lambda: None, "warn_only")[0] == "fail"
     on = BY_NAME["causal_conv1d_bwd.bias_flag_on"]
-    assert frontend_refusal.judge(on, _raises(RuntimeError("atomics")), "on")[0] == "pass"
+    owed = RuntimeError("causal_conv1d backward is not deterministic: dbias accumulates ...")
+    assert frontend_refusal.judge(on, _raises(owed), "on")[0] == "pass"
+    unrelated = RuntimeWarning("some other warning")
+    assert (
+        frontend_refusal.judge(row, lambda: warnings.warn(unrelated, stacklevel=1), "warn_only")[0]
+        == "fail"
+    )
 
 
 def test_rows_without_a_gpu_are_skipped_never_passed() -> None:
