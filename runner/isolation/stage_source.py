@@ -22,6 +22,7 @@ CORE_FOR_CANDIDATE = (
     "subjects.py",
     "declarations.py",
     "surface.py",
+    "frontend_refusals.py",
     "comparable.py",
     "harness.py",
     "ledger.json",
