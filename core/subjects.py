@@ -36,8 +36,22 @@ from core.declarations import SUBJECTS_DIR, DeclarationError, declaration_fields
 HARNESS_REFUSAL_FAMILIES: tuple[str, ...] = ("sm_100",)
 # The knob of a subject whose entry point follows torch.use_deterministic_algorithms.
 TORCH_FLAG = "torch_flag"
+# How a knob is read: a signature, a pybind11 docstring, or the source reading the torch flag.
+PROBE_METHODS: tuple[str, ...] = ("signature", "docstring", TORCH_FLAG)
 LEDGER_PATH = Path(__file__).with_name("ledger.json")
 EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
+
+
+def backend_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``"9.19.0"`` or ``"91900"`` (cudnn.backend_version()) as (9, 19, 0); None if unreadable."""
+    text = (version or "").strip()
+    if text.isdigit() and len(text) >= 5:  # MAJOR*10000 + MINOR*100 + PATCH
+        n = int(text)
+        return (n // 10000, n // 100 % 100, n % 100)
+    parts = text.split(".")
+    if not text or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,15 @@ class Subject:
                 raise ValueError(f"{self.name}: output {output!r} needs {{'atol': A, 'rtol': R}}")
         if not self.outputs or not self.families:
             raise ValueError(f"{self.name}: a subject compares at least one output on a family")
+        if self.probe_method not in PROBE_METHODS:
+            raise ValueError(f"{self.name}: probe_method {self.probe_method!r} is not one of "
+                             f"{', '.join(PROBE_METHODS)}")  # fmt: skip
+        if (self.probe_method == TORCH_FLAG) != (self.knob == TORCH_FLAG):
+            raise ValueError(f"{self.name}: knob {TORCH_FLAG!r} goes with probe_method "
+                             f"{TORCH_FLAG!r}, and only with it")  # fmt: skip
+        if self.min_backend and backend_tuple(self.min_backend) is None:
+            raise ValueError(f"{self.name}: min_backend {self.min_backend!r} is not a cuDNN "
+                             "version such as '9.20.0'")  # fmt: skip
 
     @property
     def config_names(self) -> tuple[str, ...]:
@@ -280,18 +303,6 @@ def knob_release(name: str) -> str:
 def reuses_refusal(family: str | None) -> bool:
     """Whether a GPU job of ``family`` makes the same refusal decisions as the CPU job does."""
     return family is not None and family not in HARNESS_REFUSAL_FAMILIES
-
-
-def backend_tuple(version: str | None) -> tuple[int, ...] | None:
-    """``"9.19.0"`` or ``"91900"`` (cudnn.backend_version()) as (9, 19, 0); None if unreadable."""
-    text = (version or "").strip()
-    if text.isdigit() and len(text) >= 5:  # MAJOR*10000 + MINOR*100 + PATCH
-        n = int(text)
-        return (n // 10000, n // 100 % 100, n % 100)
-    parts = text.split(".")
-    if not text or not all(p.isdigit() for p in parts):
-        return None
-    return tuple(int(p) for p in parts)
 
 
 def backend_too_old(subject: Subject, backend: str | None) -> str:
