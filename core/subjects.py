@@ -34,8 +34,24 @@ from core.declarations import SUBJECTS_DIR, DeclarationError, declaration_fields
 # intercepted decision, the same as on a CPU: a build's GPU job of such a family reuses its CPU
 # job's decisions instead of making them again.
 HARNESS_REFUSAL_FAMILIES: tuple[str, ...] = ("sm_100",)
+# The knob of a subject whose entry point follows torch.use_deterministic_algorithms.
+TORCH_FLAG = "torch_flag"
+# How a knob is read: a signature, a pybind11 docstring, or the source reading the torch flag.
+PROBE_METHODS: tuple[str, ...] = ("signature", "docstring", TORCH_FLAG)
 LEDGER_PATH = Path(__file__).with_name("ledger.json")
 EXTRA_SUBJECTS_ENV = "FE_CI_EXTRA_SUBJECTS"
+
+
+def backend_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``"9.19.0"`` or ``"91900"`` (cudnn.backend_version()) as (9, 19, 0); None if unreadable."""
+    text = (version or "").strip()
+    if text.isdigit() and len(text) >= 5:  # MAJOR*10000 + MINOR*100 + PATCH
+        n = int(text)
+        return (n // 10000, n // 100 % 100, n % 100)
+    parts = text.split(".")
+    if not text or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,8 @@ class Subject:
     # ``{"atol": A, "rtol": R}`` (elementwise ``|x - ref| <= A + R * |ref|``).
     outputs: Mapping[str, Mapping[str, float]]
     # How the knob is found: "signature" reads inspect.signature; "docstring" reads the first line
-    # of a compiled pybind11 method's __doc__ (those have no readable signature).
+    # of a compiled pybind11 method's __doc__ (those have no readable signature); "torch_flag"
+    # reads its source: the knob is TORCH_FLAG, present when it reads the torch flag.
     probe_method: str = "signature"
     # Extra keyword arguments the entry point needs for this subject (e.g. act_func="dswiglu").
     fixed_kwargs: dict[str, str] = field(default_factory=dict)
@@ -79,6 +96,9 @@ class Subject:
     # The knob's release history: ``since`` (the first release documented to have it),
     # ``missing_in`` (later releases that lacked it again), ``source``, ``evidence``; {} = none.
     history: Mapping[str, Any] = field(default_factory=dict)
+    # The oldest cuDNN backend library the entry point runs on ("" = any): on an older one the
+    # subject is skipped, "not covered: needs a newer cuDNN backend", never an error of the build.
+    min_backend: str = ""
 
     def __post_init__(self) -> None:
         for name in ("families", "alternates", "configs"):  # a list declared reads as a tuple
@@ -89,6 +109,15 @@ class Subject:
                 raise ValueError(f"{self.name}: output {output!r} needs {{'atol': A, 'rtol': R}}")
         if not self.outputs or not self.families:
             raise ValueError(f"{self.name}: a subject compares at least one output on a family")
+        if self.probe_method not in PROBE_METHODS:
+            raise ValueError(f"{self.name}: probe_method {self.probe_method!r} is not one of "
+                             f"{', '.join(PROBE_METHODS)}")  # fmt: skip
+        if (self.probe_method == TORCH_FLAG) != (self.knob == TORCH_FLAG):
+            raise ValueError(f"{self.name}: knob {TORCH_FLAG!r} goes with probe_method "
+                             f"{TORCH_FLAG!r}, and only with it")  # fmt: skip
+        if self.min_backend and backend_tuple(self.min_backend) is None:
+            raise ValueError(f"{self.name}: min_backend {self.min_backend!r} is not a cuDNN "
+                             "version such as '9.20.0'")  # fmt: skip
 
     @property
     def config_names(self) -> tuple[str, ...]:
@@ -152,6 +181,15 @@ class Feature:
 
 def knob_feature(s: Subject) -> Feature:
     short = s.entry_point.rsplit(".", 1)[-1]
+    if s.probe_method == "torch_flag":
+        return Feature(
+            id=s.feature,
+            subject=s.name,
+            entry_points=s.entry_points,
+            detect={"method": "torch_flag"},
+            has=s.has or f"{short} already follows torch.use_deterministic_algorithms",
+            lacks=s.lacks or f"{short} does not read the torch flag",
+        )
     return Feature(
         id=s.feature,
         subject=s.name,
@@ -267,6 +305,17 @@ def knob_release(name: str) -> str:
 def reuses_refusal(family: str | None) -> bool:
     """Whether a GPU job of ``family`` makes the same refusal decisions as the CPU job does."""
     return family is not None and family not in HARNESS_REFUSAL_FAMILIES
+
+
+def backend_too_old(subject: Subject, backend: str | None) -> str:
+    """Why this cuDNN backend cannot run the subject ("" when it can, or cannot be told)."""
+    need, have = backend_tuple(subject.min_backend), backend_tuple(backend)
+    if not subject.min_backend or need is None or have is None or have >= need:
+        return ""
+    return (
+        f"not covered: needs a newer cuDNN backend ({subject.name} needs >= "
+        f"{subject.min_backend}, this host has {backend})"
+    )
 
 
 def family_of(major: int, minor: int) -> str | None:

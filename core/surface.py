@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.frontend_refusals import FrontendRefusal, rows_of
 from core.kinds import FindingKind
 from core.subjects import SUBJECTS, Subject
 
@@ -69,13 +70,18 @@ def subject_of(
     return None
 
 
+def refusals_of(knob: Mapping[str, Any]) -> list[FrontendRefusal]:
+    """The frontend refusal rows that check this knob (``core/frontend_refusals.py``)."""
+    return rows_of(str(knob.get("entry_point", "")), str(knob.get("knob", "")))
+
+
 MAX_NAMED = 100  # knob_not_covered findings named one by one; the rest are counted in one
 
 
 def uncovered(knobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A ``knob_not_covered`` warning for each knob no subject exercises (the first
     ``MAX_NAMED``; one more finding counts the rest, so a stage's findings stay bounded)."""
-    missing = [knob for knob in knobs if subject_of(knob) is None]
+    missing = [knob for knob in knobs if subject_of(knob) is None and not refusals_of(knob)]
     out = [
         finding(
             NOT_COVERED,
@@ -131,12 +137,15 @@ def coverage(
     knobs: Iterable[Mapping[str, Any]],
     exercised: Mapping[str, set[str]],
     compiled: set[str],
+    refused: Mapping[str, set[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per knob: how this build's jobs covered it.
 
     ``exercised``: subject -> the families whose determinism stage ran it; ``compiled``: the
-    subjects compiled for their GPU without it. A subject nothing ran says where it would run.
+    subjects compiled for their GPU without it; ``refused``: frontend refusal row -> the families
+    whose refusal stage ran it. A subject or row nothing ran says where it would run.
     """
+    refused = refused or {}
     rows = []
     for knob in knobs:
         s = subject_of(knob)
@@ -151,7 +160,7 @@ def coverage(
         }
         ran = sorted(exercised.get(s.name, ())) if s else []
         if s is None:
-            row.update(status=UNCOVERED, why="no subject exercises it")
+            row.update(_refusal_only(knob, refused))
         elif ran:
             row.update(status=EXERCISED, why=f"{s.name} on {', '.join(ran)}")
         elif s.name in compiled:
@@ -164,6 +173,28 @@ def coverage(
             )
         rows.append(row)
     return rows
+
+
+def _refusal_only(knob: Mapping[str, Any], refused: Mapping[str, set[str]]) -> dict[str, Any]:
+    """A knob no subject exercises: refusal-only where a job ran its frontend refusal rows."""
+    rows = refusals_of(knob)
+    if not rows:
+        return {"status": UNCOVERED, "why": "no subject exercises it"}
+    names = ", ".join(r.name for r in rows)
+    ran = sorted({f for r in rows for f in refused.get(r.name, ())})
+    families = sorted({f for r in rows for f in r.families})
+    if ran:
+        return {
+            "status": REFUSAL_ONLY,
+            "families": families,
+            "why": f"the frontend's refusal ({names}) checked on {', '.join(ran)}",
+        }
+    return {
+        "status": UNCOVERED,
+        "families": families,
+        "why": f"would be refusal-only ({names}) on {', '.join(families)}; no job of those "
+        "families ran it",
+    }
 
 
 def summary(rows: Iterable[Mapping[str, Any]]) -> str:

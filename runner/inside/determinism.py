@@ -165,7 +165,8 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     starts = plan.start_configs(params, family, environment)
     points = plan.comparison_points(params, family)
     pin = params.get("pin_config")
-    status_of = {name: plan.status_of(name, caps, device, family, pin) for name in names}
+    backend = environment.get("cudnn_backend")
+    status_of = {name: plan.status_of(name, caps, device, family, pin, backend) for name in names}
     # the compile-only runs need no GPU: started now, they overlap each other and the GPU subjects.
     # Their results are kept under the kernel sources' key where the runner gave one: what they
     # compile is those sources (the runner publishes them there only for a trusted build)

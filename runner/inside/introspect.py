@@ -10,9 +10,11 @@ signature, from the first line(s) of their ``__doc__``. The probe and the subjec
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
+import textwrap
 from typing import Any
 
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
@@ -174,8 +176,34 @@ def signature_parameters(obj: Any) -> dict[str, str | None] | None:
     }
 
 
+TORCH_FLAG = "torch_flag"  # the knob of an entry point that follows the torch flag
+FLAG_READER = "are_deterministic_algorithms_enabled"
+FLAG_DEFAULT = "torch.are_deterministic_algorithms_enabled()"
+
+
+def torch_flag_parameters(obj: Any) -> dict[str, str | None] | None:
+    """``{TORCH_FLAG: FLAG_DEFAULT}`` when the callable's own source reads
+    ``torch.are_deterministic_algorithms_enabled()``, ``{}`` when it does not, None when its
+    source cannot be read or parsed (compiled, or not Python)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(obj))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None
+    reads = any(
+        (isinstance(n, ast.Attribute) and n.attr == FLAG_READER)
+        or (isinstance(n, ast.Name) and n.id == FLAG_READER)
+        for n in ast.walk(tree)
+    )
+    return {TORCH_FLAG: FLAG_DEFAULT} if reads else {}
+
+
 def read_parameters(obj: Any, prefer: str) -> tuple[dict[str, str | None] | None, str | None]:
-    """(parameters, method that answered); the other method is the fallback."""
+    """(parameters, method that answered); the other method is the fallback. ``torch_flag``
+    reads the source for the torch flag and has no fallback: a signature cannot say it."""
+    if prefer == TORCH_FLAG:
+        found = torch_flag_parameters(obj)
+        return found, (TORCH_FLAG if found is not None else None)
     name = getattr(obj, "__name__", "")
     readers = {
         "signature": lambda: signature_parameters(obj),

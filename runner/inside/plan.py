@@ -16,7 +16,7 @@ import torch
 
 from core import harness
 from core.comparable import pick_start_configs
-from core.subjects import SUBJECTS
+from core.subjects import SUBJECTS, backend_too_old
 from runner.inside.measure import Settings
 from runner.inside.subjects.base import knob_present
 
@@ -33,9 +33,15 @@ def settings(params: Mapping[str, Any]) -> Settings:
 
 
 def status_of(
-    name: str, caps: Any, device: torch.device | None, family: str | None, pin: str | None
+    name: str,
+    caps: Any,
+    device: torch.device | None,
+    family: str | None,
+    pin: str | None,
+    backend: str | None = None,
 ) -> tuple[str, str]:
-    """("", "") when the subject runs here, else the status and reason of its check."""
+    """("", "") when the subject runs here, else the status and reason of its check.
+    ``backend``: this host's cuDNN backend version, held against the subject's ``min_backend``."""
     ok, why = _available(name, caps)
     if not ok:
         return "not_applicable", why
@@ -46,6 +52,9 @@ def status_of(
         return "skipped", "no CUDA GPU on this host"
     if family not in SUBJECTS[name].families:
         return "skipped", f"needs {' or '.join(SUBJECTS[name].families)}"
+    too_old = backend_too_old(SUBJECTS[name], backend)
+    if too_old:
+        return "skipped", too_old
     return "", ""
 
 

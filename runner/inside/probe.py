@@ -94,19 +94,23 @@ def probe_subject(subject: Subject) -> dict[str, Any]:
         )
         return out
     if knob not in params:
-        out["check"] = _check(
-            check, "not_applicable", f"no '{knob}' parameter on {entry} (read from its {method})"
-        )
+        why = f"no '{knob}' parameter on {entry} (read from its {method})"
+        if method == "torch_flag":
+            why = f"{entry} does not read torch.are_deterministic_algorithms_enabled() (its source)"
+        out["check"] = _check(check, "not_applicable", why)
         return out
     default = params[knob]
     cap.update(present=True, default=default)
+    said = f"{entry} takes '{knob}' (default {default}, read from its {method})"
+    if method == "torch_flag":
+        said = f"{entry} reads {default} (read from its source)"
     out["check"] = _check(
         check,
         "pass",
-        f"{entry} takes '{knob}' (default {default}, read from its {method})",
+        said,
         {"method": method, "default": default},
     )
-    if default is not None and default != "None":
+    if default is not None and default != "None" and subject.probe_method != "torch_flag":
         out["findings"].append(
             _finding(
                 "default_ignores_torch_flag",
@@ -172,6 +176,11 @@ def detect_feature(feature: Feature) -> tuple[bool | None, str | None]:
         if params is None:
             return None, f"feature {fid}: the parameters of {entry} are unreadable"
         return detect["parameter"] in params, None
+    if detect["method"] == "torch_flag":
+        params, _ = read_parameters(obj, "torch_flag")
+        if params is None:
+            return None, f"feature {fid}: the source of {entry} is unreadable"
+        return bool(params), None
     if detect["method"] == "doc_pattern":
         doc = getattr(obj, "__doc__", None)
         if not doc:

@@ -20,7 +20,8 @@ a ``skipped`` check, so such a job cannot read as covered.
 
 Output (``core.wire.results.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
 ``<subject>.refusal`` per activation, ``refusal.state_restored``, ``refusal.te_gate``, and
-``refusal.determinism_harness`` on sm_100), ``findings`` (``consumer_gap``), ``refusal`` (rows:
+``refusal.determinism_harness`` on sm_100, and ``frontend_refusal.<row>`` per refusal the
+frontend itself owes: ``frontend_refusal``), ``findings`` (``consumer_gap``), ``refusal`` (rows:
 the ``RefusalRow`` fields plus ``state``, the request as the row saw it, and ``te`` where
 TransformerEngine was asked); and ``knobs``: per subject what the consumer detected.
 """
@@ -32,8 +33,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from core.subjects import HARNESS_REFUSAL_FAMILIES
-from runner.inside import consumer
+import torch
+
+from core.subjects import HARNESS_REFUSAL_FAMILIES, family_of
+from runner.inside import consumer, frontend_refusal
 from runner.inside._io import run_stage
 from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
 from runner.inside.interception import observe
@@ -135,8 +138,29 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
             }
         )
         reason_extra = "; deterministic rows not run through the determinism harness"
+    own = frontend_refusal.checks(*_host(params))
+    checks += own
+    reason_extra += "; frontend refusals: " + ", ".join(
+        f"{n} {st}" for st, n in sorted(Counter(c["status"] for c in own).items())
+    )
     findings = consumer_gaps(rows)
     return _result(rows, checks, findings, supports, runnable, reason_extra)
+
+
+def _host(params: Mapping[str, Any]) -> tuple[torch.device | None, str | None, str | None]:
+    """This host's GPU (None without one), its family and its cuDNN backend, for the frontend's
+    own refusals."""
+    if not torch.cuda.is_available():
+        return None, params.get("family"), None
+    device = torch.device("cuda", torch.cuda.current_device())
+    family = params.get("family") or family_of(*torch.cuda.get_device_capability(device))
+    try:
+        import cudnn
+
+        backend: str | None = str(cudnn.backend_version_string())
+    except Exception:  # unreadable: the rows run, and the call says what the library lacks
+        backend = None
+    return device, family, backend
 
 
 def _activation_check(activation: str, rows: list[RefusalRowDoc]) -> CheckDoc:
@@ -171,11 +195,15 @@ def _result(
     reason_extra: str,
 ) -> RefusalDoc:
     knobs = {SUBJECT_OF[a]: asdict(s) for a, s in supports.items()}
-    if not runnable:
+    ran = [c for c in checks if c["status"] not in ("skipped", "not_applicable")]
+    if not runnable and not ran:
         status, reason = (
             "not_applicable",
             "neither grouped-GEMM dactivation wrapper is in this build",
         )
+    elif not runnable:
+        status = _worst(c["status"] for c in checks)
+        reason = "neither grouped-GEMM dactivation wrapper is in this build"
     else:
         status = _worst(c["status"] for c in checks)
         off = sum(r["status"] != "pass" for r in rows)
@@ -194,9 +222,9 @@ def _result(
 
 
 def _worst(statuses: Iterable[str]) -> str:
-    """fail over inconclusive over pass; skipped and not_applicable checks do not count."""
+    """fail over error over inconclusive over pass; skipped and not_applicable do not count."""
     seen = set(statuses)
-    return next((s for s in ("fail", "inconclusive") if s in seen), "pass")
+    return next((s for s in ("fail", "error", "inconclusive") if s in seen), "pass")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ CORE_FOR_CANDIDATE = (
     "declarations.py",
     "surface.py",
     "kinds.py",
+    "frontend_refusals.py",
     "comparable.py",
     "harness.py",
     "ledger.json",

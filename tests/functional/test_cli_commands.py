@@ -49,7 +49,11 @@ def test_configs_lists_each_subjects_configs_small_to_large(tmp_path: Path) -> N
     for name, subject in SUBJECTS.items():
         assert f"{name}  (knob {subject.knob}" in proc.stdout
         names = [c.name for c in subject.load().configs]
-        at = [proc.stdout.index(f"  {c} ") for c in names]
+        # its own section (subjects may share a config's name): from its line to the next
+        section = proc.stdout[proc.stdout.index(f"{name}  (knob ") :]
+        after = [section.find(f"\n{other}  (knob ") for other in SUBJECTS if other != name]
+        section = section[: min([a for a in after if a > 0], default=len(section))]
+        at = [section.index(f"  {c} ") for c in names]
         assert at == sorted(at), name  # in escalation order
     one = fe_ci("configs", "sdpa_bwd", cwd=tmp_path)
     assert one.returncode == 0 and "b4_h16_s2048_d128_causal" in one.stdout

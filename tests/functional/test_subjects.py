@@ -64,6 +64,10 @@ def test_a_subject_definition_covers_what_its_comparisons_stand_on() -> None:
 def _work(params: dict) -> int:
     if "experts" in params:
         return params["experts"] * params["tokens"] * params["n"] * params["k"]
+    if "dim" in params:  # a causal convolution: every output of every channel
+        return params["b"] * params["t"] * params["dim"]
+    if params.get("layout") == "thd":  # packed sequences: each attends within itself
+        return sum(n**2 for n in params["lens"]) * params["h"] * params["d"]
     return params["b"] * params["h"] * params["s"] ** 2 * params["d"]
 
 

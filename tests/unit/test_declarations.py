@@ -91,6 +91,9 @@ BAD = {
     "unknown_field": ('colour="red",', "unexpected keyword argument 'colour'"),
     "no_bound": ('outputs={"dx": {"atol": 1}},', "output 'dx' needs"),
     "splat": ("**FIELDS,", "name each field"),
+    "unknown_method": ('probe_method="guess",', "probe_method 'guess' is not one of"),
+    "flag_method_other_knob": ('probe_method="torch_flag",', "goes with probe_method"),
+    "bad_backend": ('min_backend="9.2o",', "min_backend '9.2o' is not a cuDNN version"),
 }
 
 
@@ -158,6 +161,26 @@ def test_the_service_side_reads_every_subject_without_torch() -> None:
     assert out[1] == "[]"  # no subject module was imported
     declaring = [p.stem for p in SUBJECTS_DIR.glob("*.py") if "\nDECLARATION = " in p.read_text()]
     assert sorted(declaring) == sorted(SUBJECTS)
+
+
+def test_the_torch_flag_subjects_are_declared_in_their_own_modules() -> None:
+    """Their knob, probe method, backend floor and history come from their files' declarations,
+    read by ast, and from nowhere else."""
+    found = declared()
+    for name in ("sdpa_torch_bwd", "causal_conv1d_bwd"):
+        s = found[name]
+        assert (s.knob, s.probe_method, s.module_name) == (
+            "torch_flag",
+            "torch_flag",
+            f"runner.inside.subjects.{name}",
+        )
+        assert release_history()[s.feature]["since"] == s.history["since"] == "1.29.0"
+        assert "DECLARATION = Subject(" in (SUBJECTS_DIR / f"{name}.py").read_text()
+    assert found["causal_conv1d_bwd"].min_backend == "9.20.0"
+    assert found["sdpa_torch_bwd"].min_backend == ""
+    for elsewhere in (ROOT / "core" / "subjects.py", subjects.LEDGER_PATH):
+        text = elsewhere.read_text()
+        assert "sdpa_torch_bwd" not in text and "causal_conv1d_bwd" not in text
 
 
 def test_lists_in_a_declaration_read_as_tuples(tmp_path: Path) -> None:

@@ -82,7 +82,11 @@ def knob_present(entry_point: str, knob: str, method: str) -> tuple[bool, str]:
         return False, f"{entry_point} not importable: {introspect.describe(exc.cause)}"
     params, _ = introspect.read_parameters(fn, method)
     found = params is not None and knob in params
-    return found, "" if found else f"{entry_point} has no '{knob}'"
+    if found:
+        return True, ""
+    if method == "torch_flag":
+        return False, f"{entry_point} does not read torch.are_deterministic_algorithms_enabled()"
+    return False, f"{entry_point} has no '{knob}'"
 
 
 def seeded(seed: int, device: torch.device) -> torch.Generator:

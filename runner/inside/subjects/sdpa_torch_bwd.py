@@ -1,0 +1,157 @@
+"""``sdpa_torch_bwd``: ``cudnn.sdpa_torch``'s backward through autograd, knob the torch flag.
+
+``cudnn.sdpa_torch`` is the ``cudnn::sdpa_fwd`` torch op; its registered autograd backward calls
+``torch.ops.cudnn.sdpa_bwd`` with ``is_deterministic=torch.are_deterministic_algorithms_enabled()``
+(1.29.0 on). Each run clears the leaf gradients and runs forward and backward (bf16, causal) with
+the flag as ``runner/inside/torchflag.py`` sets it: off for the control arm, on and
+``warn_only=True`` in turn for the deterministic arm, restored after every run. Dense configs are
+BHSD; ``thd`` configs are packed ragged sequences (``cu_seqlens``), whose reference is the dense
+float32 backward of each sequence on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from core.subjects import Subject
+from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.sdpa_bwd import attention_reference
+from runner.inside.torchflag import Arms
+
+DECLARATION = Subject(
+    name="sdpa_torch_bwd",
+    entry_point="cudnn.sdpa.fwd.torch_op._sdpa_backward",
+    knob="torch_flag",
+    probe_method="torch_flag",
+    families=("sm_90", "sm_100"),
+    # bf16 gradients against a float32 computation from the same bf16 inputs, as sdpa_bwd's.
+    outputs={
+        "dq": {"atol": 2e-2, "rtol": 2e-2},
+        "dk": {"atol": 2e-2, "rtol": 2e-2},
+        "dv": {"atol": 2e-2, "rtol": 2e-2},
+    },
+    # 1.28.0's cudnn::sdpa op (cudnn.experimental.ops) has a backward that never reads the flag:
+    # the probe finds it there and says the knob is absent.
+    alternates=("cudnn.experimental.ops.sdpa._sdpa_backward",),
+    note="cudnn.sdpa_torch's autograd backward; control: flag off, deterministic arm: flag "
+    "on, its runs alternating with warn_only=True",
+    has="cudnn.sdpa_torch's backward already follows torch.use_deterministic_algorithms",
+    lacks="cudnn.sdpa_torch's backward does not read torch.are_deterministic_algorithms_enabled()",
+    # Small to large; the packed THD configs are ragged sequences (token counts per sequence),
+    # causal, padded LSE.
+    configs=(
+        ("b1_h8_s512_d64_causal", {"layout": "bhsd", "b": 1, "h": 8, "s": 512, "d": 64}),
+        (
+            "thd_h8_d64_t1280_causal",
+            {"layout": "thd", "lens": [128, 384, 256, 512], "h": 8, "d": 64},
+        ),
+        (
+            "thd_h16_d128_t5120_causal",
+            {"layout": "thd", "lens": [1024, 1536, 512, 2048], "h": 16, "d": 128},
+        ),
+        ("b4_h16_s2048_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 2048, "d": 128}),
+        ("b4_h16_s4096_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 4096, "d": 128}),
+        ("b8_h16_s4096_d128_causal", {"layout": "bhsd", "b": 8, "h": 16, "s": 4096, "d": 128}),
+    ),
+    history={
+        "since": "1.29.0",
+        "source": "registry wheels; cudnn-frontend #837 (review caught the dense autograd path "
+        "dropping the flag)",
+        "evidence": "1.28.0: cudnn.experimental.ops.sdpa._sdpa_backward (the cudnn::sdpa op's "
+        "autograd backward) never reads torch.are_deterministic_algorithms_enabled(); "
+        "1.29.0-1.32.0: cudnn.sdpa.fwd.torch_op._sdpa_backward passes "
+        "is_deterministic=torch.are_deterministic_algorithms_enabled() on the dense and the "
+        "packed THD path",
+    },
+)
+
+CONFIGS = configs_of(DECLARATION)
+TOLERANCES = tolerances_of(DECLARATION)
+NAMES = tuple(DECLARATION.outputs)
+
+
+def shapes(params: dict[str, Any]) -> tuple[tuple[int, ...], list[int] | None]:
+    """The shape of Q, K, V and dO ([B, H, S, D] dense, [T, H, D] packed) and the THD lengths."""
+    if params["layout"] == "thd":
+        lens = [int(n) for n in params["lens"]]
+        return (sum(lens), params["h"], params["d"]), lens
+    return (params["b"], params["h"], params["s"], params["d"]), None
+
+
+def cu_seqlens(lens: list[int], device: torch.device) -> torch.Tensor:
+    """[0, l0, l0 + l1, ...] as int32: the offsets of the packed sequences."""
+    offsets = [0]
+    for n in lens:
+        offsets.append(offsets[-1] + n)
+    return torch.tensor(offsets, dtype=torch.int32, device=device)
+
+
+@dataclass
+class SdpaTorchWorkload:
+    config: Config
+    device: torch.device
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+    arms: Arms = field(default_factory=Arms)
+
+    def __post_init__(self) -> None:
+        import cudnn
+
+        shape, self.lens = shapes(self.config.params)
+        self.scale = 1.0 / math.sqrt(shape[-1])
+        gen = seeded(20261205, self.device)
+
+        def randn() -> torch.Tensor:
+            return torch.randn(*shape, generator=gen, device=self.device).to(torch.bfloat16)
+
+        self.q, self.k, self.v = (randn().requires_grad_() for _ in range(3))
+        self.d_o = randn()
+        self.kwargs: dict[str, Any] = {"is_causal": True, "return_lse": True}
+        if self.lens is not None:
+            cu = cu_seqlens(self.lens, self.device)
+            self.kwargs.update(
+                cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=max(self.lens),
+                max_seqlen_kv=max(self.lens),
+            )  # fmt: skip
+        self.fn = cudnn.sdpa_torch
+
+    def _once(self) -> dict[str, torch.Tensor]:
+        leaves = (self.q, self.k, self.v)
+        for t in leaves:
+            t.grad = None
+        out, _lse = self.fn(*leaves, **self.kwargs)
+        out.backward(self.d_o)
+        return {
+            n: t.grad.detach() for n, t in zip(NAMES, leaves, strict=True) if t.grad is not None
+        }
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        return self.arms.run(knob, self._once)
+
+    def reference(self) -> dict[str, torch.Tensor]:
+        q, k, v, d_o = (t.detach() for t in (self.q, self.k, self.v, self.d_o))
+        if self.lens is None:
+            return attention_reference(q, k, v, d_o, causal=True, scale=self.scale)
+        parts: dict[str, list[torch.Tensor]] = {n: [] for n in NAMES}
+        start = 0
+        for n in self.lens:  # each sequence alone, [T, H, D] -> [1, H, T, D]
+            one = [t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v, d_o)]
+            grads = attention_reference(*one, causal=True, scale=self.scale)
+            for name in NAMES:
+                parts[name].append(grads[name][0].transpose(0, 1))
+            start += n
+        return {name: torch.cat(parts[name]) for name in NAMES}
+
+
+class SdpaTorchBwd:
+    name = "sdpa_torch_bwd"
+    configs = CONFIGS
+
+    def prepare(self, config: Config, device: torch.device) -> SdpaTorchWorkload:
+        return SdpaTorchWorkload(config, device)
+
+
+SUBJECT = SdpaTorchBwd()
