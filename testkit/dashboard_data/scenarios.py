@@ -40,6 +40,8 @@ def scenario_pass(c: Ctx) -> int:
             "grouped_gemm_dglu": PASS,
             "flex_attention_bwd": PASS,
             "sdpa_bwd": PASS,
+            "sdpa_torch_bwd": PASS,
+            "causal_conv1d_bwd": PASS,
         },
     )
     c.drift(b, h, "sm_100", "grouped_gemm_dsrelu", control=12, outputs=("dprob", "dbias"))
