@@ -78,7 +78,10 @@ def gpu_job(
 
 PASS = ("pass", "bit-exact over 24 runs; control varied in 9 of 15; luck 7e-4 < 1e-3")
 NEEDS_SM100 = ("skipped", "needs sm_100")
-NEEDS_BACKEND = ("skipped", "not covered: needs a newer cuDNN backend (9.20.0; this host has 9.19.0)")
+NEEDS_BACKEND = (
+    "skipped",
+    "not covered: needs a newer cuDNN backend (9.20.0; this host has 9.19.0)",
+)
 
 
 def sm90_results(
