@@ -26,10 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.sandbox_cost import summary  # noqa: E402
-from core.wire import Stage, Status  # noqa: E402
+from bench.sandbox_cost import summary, timed_probe  # noqa: E402
 from runner.isolation import jail, limits, sandbox, uids, zygotes  # noqa: E402
-from runner.pipeline import pipeline, pipeline_options  # noqa: E402
 from testkit.registry import registry_wheel  # noqa: E402
 
 OFF = {k: "0" for k in ("FE_CI_SANDBOX_PIDS", "FE_CI_SANDBOX_MEMORY_MB",
@@ -80,17 +78,7 @@ def probes(tmp: Path, n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
 
     def probe(work: Path, zs: zygotes.Zygotes | None) -> float:
-        opts = pipeline_options.Options(
-            stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, zygotes=zs
-        )
-        pipe = pipeline.Pipeline(opts)
-        assert pipe.install(wheel).status == Status.pass_
-        t = time.monotonic()
-        res = pipe.probe()
-        took = time.monotonic() - t
-        pipe.close()
-        assert res.status == Status.pass_, res.reason
-        return took
+        return timed_probe(wheel, work, layers_dir, zs)
 
     try:
         for on, pool in pools.items():

@@ -74,6 +74,21 @@ def starts(tmp: Path, n: int) -> dict[str, list[float]]:
     return out
 
 
+def timed_probe(wheel: Path, work: Path, layers_dir: Path, zs: zygotes.Zygotes | None) -> float:
+    """Seconds of one probe stage of ``wheel``, installed first (not timed) in ``work``."""
+    opts = pipeline_options.Options(
+        stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, zygotes=zs
+    )
+    pipe = pipeline.Pipeline(opts)
+    assert pipe.install(wheel).status == Status.pass_
+    t = time.monotonic()
+    res = pipe.probe()
+    took = time.monotonic() - t
+    pipe.close()
+    assert res.status == Status.pass_, res.reason
+    return took
+
+
 def probes(tmp: Path, n: int) -> dict[str, list[float]]:
     wheel = registry_wheel("1.32.0")
     layers_dir = tmp / "layers"
@@ -81,17 +96,7 @@ def probes(tmp: Path, n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"fresh interpreter": [], "zygote fork": []}
 
     def probe(work: Path, zs: zygotes.Zygotes | None) -> float:
-        opts = pipeline_options.Options(
-            stages=[Stage.probe], work_dir=work, layers_dir=layers_dir, zygotes=zs
-        )
-        pipe = pipeline.Pipeline(opts)
-        assert pipe.install(wheel).status == Status.pass_
-        t = time.monotonic()
-        res = pipe.probe()
-        took = time.monotonic() - t
-        pipe.close()
-        assert res.status == Status.pass_, res.reason
-        return took
+        return timed_probe(wheel, work, layers_dir, zs)
 
     try:
         probe(tmp / "prime", pool)  # the layer built, the zygote started
