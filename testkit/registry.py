@@ -71,6 +71,8 @@ def _installed_env(root: Path, wheel_of: Callable[[], Path]) -> envs.CandidateEn
     """The environment at ``root``, made once: a fresh venv with the wheel ``wheel_of()`` gives
     installed by the runner's installer."""
     if (root / READY).exists():
+        with _locked(root):
+            envs.repoint_host_torch(envs.CandidateEnv(root))
         return envs.CandidateEnv(root)
     with _locked(root):
         if not (root / READY).exists():

@@ -126,6 +126,21 @@ def create_env(root: Path) -> CandidateEnv:
     return env
 
 
+def repoint_host_torch(env: CandidateEnv) -> None:
+    """Point a kept environment's host-torch path at the host's torch again when the directory it
+    names is gone (the interpreter that made it was moved or deleted); an environment that can
+    already import torch is left as it is."""
+    pth = env.site_packages() / HOST_TORCH_PTH
+    if not pth.is_file():
+        return
+    named = [Path(line) for line in pth.read_text().splitlines() if line.strip()]
+    if named and all(p.is_dir() for p in named):
+        return
+    torch = host_torch()
+    if torch is not None:
+        pth.write_text(f"{torch.site_dir}\n")
+
+
 def _sees(env: CandidateEnv, site_dir: Path) -> bool:
     out = subprocess.run(
         [str(env.python), "-c", "import sys; print('\\n'.join(sys.path))"],
