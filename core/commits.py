@@ -114,14 +114,33 @@ def export_tree(mirror: Path, sha: str, dest: Path) -> Path:
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     archive = dest.parent / f"{sha}.tar"
-    with open(archive, "wb") as fh:
-        subprocess.run(
-            ["git", "-C", str(mirror), "archive", "--format=tar", sha], stdout=fh, check=True
-        )
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
-    archive.unlink()
+    try:
+        with open(archive, "wb") as fh:
+            proc = subprocess.run(
+                ["git", "-C", str(mirror), "archive", "--format=tar", sha],
+                stdout=fh,
+                stderr=subprocess.PIPE,
+                timeout=600,
+            )
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()[:300]
+            raise BuildFailure("git_failed", f"git archive {sha}: {err}")
+        if _is_empty_tree(mirror, sha):
+            raise BuildFailure("empty_tree", f"commit {sha} has no files: nothing to build")
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    finally:
+        archive.unlink(missing_ok=True)
     return dest
+
+
+def _is_empty_tree(mirror: Path, sha: str) -> bool:
+    out = subprocess.run(
+        ["git", "-C", str(mirror), "ls-tree", "--name-only", sha],
+        capture_output=True,
+        timeout=120,
+    )
+    return out.returncode == 0 and not out.stdout.strip()
 
 
 @dataclass(frozen=True)

@@ -244,3 +244,20 @@ def test_uv_and_pip_build_the_same_wheel_from_a_commit(tmp_path: Path) -> None:
             )
     assert contents["uv"] == contents["pip"]
     assert contents["uv"][0] == "nvidia_cudnn_frontend-1.4.0-py3-none-any.whl"
+
+
+def test_a_commit_with_no_files_is_a_build_failure_not_a_crash(tmp_path: Path) -> None:
+    from core import commits
+    from testkit import frontend_repo as fr
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fr.git(repo, "init", "-q", "-b", "develop")
+    fr.git(repo, "commit", "-q", "--allow-empty", "-m", "nothing yet")
+    sha = fr.git(repo, "rev-parse", "HEAD").strip()
+    mirror = commits.ensure_commit(str(repo), sha, tmp_path / "cache", tmp_path / "mirror.log")
+    with pytest.raises(commits.BuildFailure) as failed:
+        commits.export_tree(mirror, sha, tmp_path / "src")
+    assert failed.value.kind == "empty_tree"
+    assert sha in failed.value.message
+    assert not (tmp_path / f"{sha}.tar").exists()
