@@ -13,7 +13,7 @@ from typing import Protocol
 
 from core.kinds import FindingKind
 from core.subjects import SUBJECTS
-from core.text import shorten
+from core.text import plural, shorten
 from core.wire import (
     BuildReport,
     Cause,
@@ -188,7 +188,7 @@ def _verdict(report: BuildReport) -> Judgement:
     jobs = report.jobs
     pending = [j for j in jobs if j.status in OPEN_JOBS]
     if pending and report.status != "cancelled":
-        return Judgement(Verdict.pending, f"{len(pending)} job(s) not finished")
+        return Judgement(Verdict.pending, f"{plural(len(pending), 'job')} not finished")
     if report.status == "cancelled":
         return Judgement(Verdict.cancelled, "the build was cancelled")
 
