@@ -21,10 +21,10 @@ def _line(pin: dict[str, Any]) -> str:
 
 def pin(
     subject: Annotated[
-        str | None, typer.Argument(metavar="SUBJECT", help="the subject, e.g. sdpa_bwd")
+        str | None, typer.Argument(metavar="SUBJECT", show_default=False, hidden=True)
     ] = None,
     config: Annotated[
-        str | None, typer.Argument(metavar="CONFIG", help="one of the subject's configs")
+        str | None, typer.Argument(metavar="CONFIG", show_default=False, hidden=True)
     ] = None,
     family: Annotated[
         str | None, typer.Option(metavar="FAMILY", help="sm_80, sm_90 or sm_100")
@@ -41,6 +41,7 @@ def pin(
     fe-ci pin                                   every series of every subject and family
     fe-ci pin sdpa_bwd b8_h16_s4096_d128_causal --family sm_90 --reason "..."
     fe-ci pin sdpa_bwd --family sm_90 --measure  the next robust measurement chooses again
+    SUBJECT: the subject, e.g. sdpa_bwd; CONFIG: one of its configs (fe-ci configs SUBJECT).
     Exit codes: 0 done; 3 the service away, refusing the admin token or failing; 4 bad input.
     """
     s = runner_settings()
