@@ -100,10 +100,14 @@ def test_every_setting_a_command_reads_is_named_in_its_help(
         ),
         "runner": (
             ["runner", "--once"],
-            {"FE_CI_URL": module_service.url, "FE_CI_RUNNER_TOKEN": "wrong",
-             "FE_CI_CACHE_DIR": str(tmp_path / "cache"), "FE_CI_WARM_WORKERS": "0"},
+            {
+                "FE_CI_URL": module_service.url,
+                "FE_CI_RUNNER_TOKEN": "wrong",
+                "FE_CI_CACHE_DIR": str(tmp_path / "cache"),
+                "FE_CI_WARM_WORKERS": "0",
+            },
             3,
-        ),  # fmt: skip
+        ),
         "validate": (
             ["validate", "--preinstalled", "--python", "/bin/false", "--stages", "probe"],
             {"FE_CI_CACHE_DIR": str(tmp_path / "cache")},

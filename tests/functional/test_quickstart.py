@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -83,7 +84,7 @@ def test_the_readme_first_steps_on_a_fresh_copy(tmp_path: Path) -> None:
         PATH=env["PATH"],
     )
     # each command as the README has it, in one shell (the export carries on), its status said
-    script = "".join(f"{c}\necho \"exit $? <- {c}\"\n" for c in commands)
+    script = "".join(f"{c}\nprintf 'exit %s <- %s\\n' $? {shlex.quote(c)}\n" for c in commands)
     proc = subprocess.run(
         ["bash", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=1500
     )
@@ -94,9 +95,7 @@ def test_the_readme_first_steps_on_a_fresh_copy(tmp_path: Path) -> None:
     )
     assert list(statuses) == commands, out[-4000:]
     # no GPU here: each build ends incomplete (2), the probe ran and the GPU subjects did not
-    assert statuses == {
-        c: 2 if c.startswith("fe-ci submit") else 0 for c in commands
-    }, out[-4000:]
+    assert statuses == {c: 2 if c.startswith("fe-ci submit") else 0 for c in commands}, out[-4000:]
     for n in range(1, 6):  # progress while it works: a step counter, and pip's packages
         assert f"quickstart: [{n}/5] " in out, out[-4000:]
     assert "install:   " in out  # each package pip fetched or installed
