@@ -21,10 +21,10 @@ def said(status: Status, reason: str) -> str:
     """``skipped: no sm_100 runner``, ``not applicable: not importable: ...``: the status word,
     then why; a reason that already starts with the status (either spelling) says it once."""
     word = WORDS.get(status, status.value)
-    text = reason.strip()
+    text = reason  # as it is, to its last character (a reason of its own may end in ": ")
     for prefix in (f"{word}:", f"{status.value}:"):
         if text.startswith(prefix):
-            text = text[len(prefix) :].strip()
+            text = text[len(prefix) :].lstrip(" ")
             break
     return f"{word}: {text}" if text else word
 
