@@ -19,20 +19,21 @@ from cli.common import EXIT_NO_VERDICT, fail
 from core.text import plural
 from core.wire import BuildReport, JobKind, JobReport, JobState, Verdict
 
+DEFAULT_URL = "http://127.0.0.1:8080"  # RunnerSettings' default: no FE_CI_URL= to say
 DEFAULT_TIMEOUT_S = 1800.0  # submit --wait: half an hour, then exit 3 (the build goes on)
 POLL_S = 1.0
 
 
 def start_runner(job: JobReport, url: str) -> str:
     """The command that starts a runner able to take ``job``, for a person at a terminal."""
-    where = "" if url.rstrip("/") == "http://127.0.0.1:8080" else f"FE_CI_URL={url} "
+    where = "" if url.rstrip("/") == DEFAULT_URL else f"FE_CI_URL={url} "
     if job.kind == JobKind.gpu:
         return f"on a host with an {job.family} GPU: {where}fe-ci runner"
     labels = "FE_CI_RUNNER_LABELS=builder=1 " if job.kind == JobKind.build else ""
     return f"{where}{labels}fe-ci runner"
 
 
-def state_line(report: BuildReport, url: str = "") -> str:
+def state_line(report: BuildReport, url: str = DEFAULT_URL) -> str:
     """What a pending build waits for, job by job ("sm_100 job: waiting: no runner with
     arch=sm_100 is alive"), and, where no runner could take a job, how to start one."""
     parts: list[str] = []
