@@ -154,7 +154,8 @@ def submit(
     if not token:
         raise fail("set FE_CI_SUBMIT_TOKEN (or run beside the service's data directory)")
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=s.url, timeout=600.0) as http:
+    # bounded: a host that never connects, or a service that takes a body and never answers
+    with httpx.Client(base_url=s.url, timeout=httpx.Timeout(120.0, connect=10.0)) as http:
         try:
             if wheel is not None:
                 with wheel.open("rb") as fh:

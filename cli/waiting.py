@@ -22,6 +22,7 @@ from core.wire import BuildReport, JobKind, JobReport, JobState, Verdict
 DEFAULT_URL = "http://127.0.0.1:8080"  # RunnerSettings' default: no FE_CI_URL= to say
 DEFAULT_TIMEOUT_S = 1800.0  # submit --wait: half an hour, then exit 3 (the build goes on)
 POLL_S = 1.0
+READ_S = 30.0  # one status read at most
 
 
 def start_runner(job: JobReport, url: str) -> str:
@@ -56,10 +57,11 @@ def state_line(report: BuildReport, url: str = DEFAULT_URL) -> str:
     return line
 
 
-def _read(http: httpx.Client, build_id: int, url: str) -> BuildReport | None:
-    """The build's report; None while the service does not answer (it may be restarting)."""
+def _read(http: httpx.Client, build_id: int, url: str, within_s: float) -> BuildReport | None:
+    """The build's report; None while the service does not answer (it may be restarting), each
+    ask bounded so that a service that accepts and never answers cannot outlast the wait."""
     try:
-        got = http.get(f"/api/builds/{build_id}")
+        got = http.get(f"/api/builds/{build_id}", timeout=max(1.0, min(READ_S, within_s)))
     except httpx.TransportError:
         return None
     if got.status_code != 200:
@@ -82,7 +84,7 @@ def wait(http: httpx.Client, build_id: int, url: str, timeout_s: float) -> Build
     last: BuildReport | None = None
     with progress.Waiting() as shown:
         while True:
-            report = _read(http, build_id, url)
+            report = _read(http, build_id, url, deadline - time.monotonic())
             if report is not None and report.verdict != Verdict.pending:
                 return report
             last = report or last
