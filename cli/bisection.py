@@ -17,9 +17,10 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, parse_stages
+from cli.common import fail, parse_stages, runner_settings
 from core import commits, transitions
 from core.bisection import DEFAULT_MAX_BUILDS, Answer, Outcome, Search
+from core.text import plural
 from core.wire import (
     BuildReport,
     BuildStatus,
@@ -32,7 +33,6 @@ from core.wire import (
 )
 from runner import build
 from runner.agent import labels
-from runner.config import RunnerSettings
 from runner.isolation import zygotes
 from runner.pipeline import localreport, pipeline, pipeline_options
 
@@ -41,7 +41,7 @@ class _Local:
     """Builds a commit and runs the stages on it, one work directory per commit."""
 
     def __init__(self, repo: Path, stages: str, work: Path) -> None:
-        self.s = RunnerSettings()
+        self.s = runner_settings()
         self.repo = repo
         self.stages = parse_stages(stages)
         self.work = work
@@ -142,7 +142,9 @@ def bisect(
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-bisect-")) if work_dir is None else work_dir
     local = _Local(repo.resolve(), stages, tmp)
     try:
-        typer.echo(f"bisecting {len(path)} commits, {good_sha[:12]}..{bad_sha[:12]}", err=True)
+        typer.echo(
+            f"bisecting {plural(len(path), 'commit')}, {good_sha[:12]}..{bad_sha[:12]}", err=True
+        )
         base = local.evaluate(good_sha, None)
         questions = transitions.for_stages(
             transitions.detect(base, local.evaluate(bad_sha, base.capabilities)), local.stages

@@ -1,7 +1,8 @@
 """``fe-ci``: serve, runner, submit, validate, configs, bisect, pin; ``fe-ci --version``.
 
-The commands live by group: ``service_cli.py`` (serve, runner, submit), ``validate_cli.py``,
-``configs_cli.py``, ``bisect_cli.py``, ``pin_cli.py``; what they share is ``cli_common.py``. The
+The commands live by group: ``serve.py`` (serve, runner, submit; the wait in ``waiting.py``),
+``validate.py``, ``configs.py``, ``bisection.py``, ``pin.py``; what they share is ``common.py``, the
+environment each reads (the end of its help) is ``environment.py``. The
 service is imported only inside ``serve``, so a runner host needs none of its dependencies. Help
 is plain Click text, wrapped at a fixed width whether or not stdout is a terminal, so a piped
 ``--help`` is never cut short.
@@ -15,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from cli import bisection, configs, pin, serve, validate
+from cli import bisection, configs, environment, pin, serve, validate
 from cli.common import EXIT_BAD_INPUT, EXIT_FAILED
 
 HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determinism contract.
@@ -23,12 +24,15 @@ HELP = """fe-ci validates builds of NVIDIA's cuDNN frontend against its determin
 \b
 Exit codes (validate, and submit --wait):
   0  pass (with --require: the gate's success)
-  1  fail or error (with --require: failure), or the service could not be reached or
-     answered with an error
+  1  fail or error (with --require: failure): a red build
   2  inconclusive or incomplete (with --require: neutral, a required check did not run)
-  3  a runner the service refused (a bad or revoked token), or one that cannot start
-  4  bad input: a file that is not a wheel, an unknown stage, config or required check, a wrong
-     option or argument
+  3  no verdict: the service could not be reached, refused the token or failed, or
+     submit --wait --timeout passed first; for fe-ci runner: the service refused it (a bad
+     or revoked token), or it cannot start
+  4  bad input: a file that is not a wheel, an unknown stage, config or required check, a bad
+     FE_CI_ setting, a wrong option or argument
+
+Every setting is an FE_CI_ environment variable; each command's --help names those it reads.
 """
 _WIDTH = 100
 
@@ -39,13 +43,17 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"max_content_width": _WIDTH, "terminal_width": _WIDTH},
 )
-app.command()(serve.serve)
-app.command()(serve.runner)
-app.command()(serve.submit)
-app.command()(validate.validate)
-app.command()(configs.configs)
-app.command()(bisection.bisect)
-app.command()(pin.pin)
+for _command in (
+    serve.serve,
+    serve.runner,
+    serve.submit,
+    validate.validate,
+    configs.configs,
+    bisection.bisect,
+    pin.pin,
+):
+    _name = _command.__name__
+    app.command(_name, help=environment.help_text(_name, _command.__doc__))(_command)
 
 
 def version() -> str:

@@ -7,8 +7,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
-from runner.config import RunnerSettings
+from cli.common import EXIT_BAD_INPUT, EXIT_NO_VERDICT, fail, runner_settings
 
 
 def _line(pin: dict[str, Any]) -> str:
@@ -21,12 +20,16 @@ def _line(pin: dict[str, Any]) -> str:
 
 
 def pin(
-    subject: Annotated[str | None, typer.Argument(help="the subject, e.g. sdpa_bwd")] = None,
-    config: Annotated[str | None, typer.Argument(help="one of the subject's configs")] = None,
+    subject: Annotated[
+        str | None, typer.Argument(metavar="SUBJECT", show_default=False, hidden=True)
+    ] = None,
+    config: Annotated[
+        str | None, typer.Argument(metavar="CONFIG", show_default=False, hidden=True)
+    ] = None,
     family: Annotated[
         str | None, typer.Option(metavar="FAMILY", help="sm_80, sm_90 or sm_100")
     ] = None,
-    reason: Annotated[str, typer.Option(help="why, kept with the new series")] = "",
+    reason: Annotated[str, typer.Option(metavar="WHY", help="why, kept with the new series")] = "",
     measure: Annotated[
         bool,
         typer.Option("--measure", help="retire the pin: the next robust measurement chooses"),
@@ -38,16 +41,18 @@ def pin(
     fe-ci pin                                   every series of every subject and family
     fe-ci pin sdpa_bwd b8_h16_s4096_d128_causal --family sm_90 --reason "..."
     fe-ci pin sdpa_bwd --family sm_90 --measure  the next robust measurement chooses again
-    Environment: FE_CI_URL (the service) and FE_CI_ADMIN_TOKEN (re-pinning only; beside a local
-    service it is read from ./data/tokens.env, or FE_CI_DATA_DIR/tokens.env).
+    SUBJECT: the subject, e.g. sdpa_bwd; CONFIG: one of its configs (fe-ci configs SUBJECT).
+    Exit codes: 0 done; 3 the service away, refusing the admin token or failing; 4 bad input.
     """
-    s = RunnerSettings()
+    s = runner_settings()
     with httpx.Client(base_url=s.url, timeout=60.0) as http:
         try:
             if subject is None:
                 resp = http.get("/api/pins")
                 if resp.status_code != 200:
-                    raise fail(f"the service answered {resp.status_code}: {resp.text}", EXIT_FAILED)
+                    raise fail(
+                        f"the service answered {resp.status_code}: {resp.text}", EXIT_NO_VERDICT
+                    )
                 for item in resp.json()["items"]:
                     typer.echo(_line(item))
                 return
@@ -62,14 +67,14 @@ def pin(
                 headers={"Authorization": f"Bearer {token}"},
             )
         except httpx.TransportError as exc:
-            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_FAILED) from exc
+            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_NO_VERDICT) from exc
     if resp.status_code != 201:
         try:
             message = resp.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = resp.text
         bad_input = 400 <= resp.status_code < 500 and resp.status_code not in (401, 403)
-        code = EXIT_BAD_INPUT if bad_input else EXIT_FAILED
+        code = EXIT_BAD_INPUT if bad_input else EXIT_NO_VERDICT
         raise fail(f"the service refused the re-pin ({resp.status_code}): {message}", code)
     body = resp.json()
     if body.get("retired"):

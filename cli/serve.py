@@ -7,19 +7,26 @@ The service is imported only inside ``serve``, so a runner host needs none of it
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
 
-from cli import progress
-from cli.common import EXIT_FAILED, EXIT_REFUSED, LOG_LEVEL, WHEEL_ARG, fail, setup_logging
+from cli import waiting
+from cli.common import (
+    EXIT_NO_VERDICT,
+    EXIT_REFUSED,
+    LOG_LEVEL,
+    WHEEL_ARG,
+    fail,
+    runner_settings,
+    setup_logging,
+    wheel_version,
+)
 from core import commits, gate
 from core.verdict import EXIT_CODES
-from core.wire import BuildReport, JobState, Verdict
-from runner.config import RunnerSettings
+from runner.pipeline import localreport
 
 
 def serve(
@@ -75,17 +82,15 @@ def runner(
         typer.Option(
             "--replace",
             help="take over the name of a runner that is still registered and alive "
-            "(its token stops working); also FE_CI_RUNNER_REPLACE",
+            "(its token stops working)",
         ),
     ] = False,
     log_level: Annotated[str, LOG_LEVEL] = "info",
 ) -> None:
-    """Run a runner: claim jobs from the service at FE_CI_URL and run them.
+    """Run a runner: claim jobs from the service at FE_CI_URL and run them, until stopped.
 
-    \b
-    Environment: FE_CI_URL (the service, default http://127.0.0.1:8080), FE_CI_RUNNER_TOKEN (the
-    registration token), FE_CI_RUNNER_NAME, FE_CI_RUNNER_LABELS (e.g. arch=sm_90,builder=1).
-    The runner tells the service when it stops cleanly (--once, SIGTERM, Ctrl-C).
+    The runner tells the service when it stops cleanly (--once, SIGTERM, Ctrl-C). Exit 3: the
+    service refused it (a bad or revoked token), or it cannot start (no torch here).
     """
     from runner.agent.agent import Agent, preflight
 
@@ -93,7 +98,7 @@ def runner(
     problem = preflight()
     if problem is not None:
         raise fail(problem, EXIT_REFUSED)
-    settings = RunnerSettings()
+    settings = runner_settings()
     if replace:
         settings = settings.model_copy(update={"runner_replace": True})
     agent = Agent(settings, once=once)
@@ -115,18 +120,27 @@ def submit(
             "(by the gate where the service requires chosen checks, FE_CI_REQUIRE)",
         ),
     ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            min=1,
+            show_default=False,
+            help="with --wait: give up after S seconds without a verdict, exit 3; the build goes "
+            f"on [default: {waiting.DEFAULT_TIMEOUT_S:g}, half an hour]",
+        ),
+    ] = waiting.DEFAULT_TIMEOUT_S,
 ) -> None:
     """Submit WHEEL (a nvidia-cudnn-frontend wheel) or --commit SHA to a running service.
 
     \b
-    Environment: FE_CI_URL (the service, default http://127.0.0.1:8080) and
-    FE_CI_SUBMIT_TOKEN (the submit token; beside a local service it is read from
-    ./data/tokens.env, or FE_CI_DATA_DIR/tokens.env).
+    Exit codes: without --wait, 0 submitted; with --wait, as validate: 0 pass, 1 fail or error,
+    2 inconclusive or incomplete (by the gate where FE_CI_REQUIRE chooses checks);
+    3 no verdict: the service away, refusing the token or failing, or --timeout passed;
+    4 bad input (not a wheel, no such file, a short commit id).
     """
-    s = RunnerSettings()
-    token = s.token("submit_token")
-    if not token:
-        raise fail("set FE_CI_SUBMIT_TOKEN (or run beside the service's data directory)")
+    s = runner_settings()
     if (wheel is None) == (commit is None):
         raise fail("give a WHEEL or --commit SHA (one of them)")
     if commit is not None and not commits.is_full_sha(commit.lower()):
@@ -134,12 +148,16 @@ def submit(
             f"--commit {commit!r} is not a full commit id: give all 40 hex digits "
             "(`git rev-parse HEAD` prints them)"
         )
+    if wheel is not None:
+        wheel_version(wheel)  # the same words as validate's for a file that is not a wheel
+    token = s.token("submit_token")
+    if not token:
+        raise fail("set FE_CI_SUBMIT_TOKEN (or run beside the service's data directory)")
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=s.url, timeout=600.0) as http:
+    # bounded: a host that never connects, or a service that takes a body and never answers
+    with httpx.Client(base_url=s.url, timeout=httpx.Timeout(120.0, connect=10.0)) as http:
         try:
             if wheel is not None:
-                if not wheel.is_file():
-                    raise fail(f"no such file: {wheel}")
                 with wheel.open("rb") as fh:
                     resp = http.post(
                         "/validate",
@@ -149,46 +167,19 @@ def submit(
             else:
                 resp = http.post("/validate", json={"commit": commit}, headers=headers)
         except httpx.TransportError as exc:
-            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_FAILED) from exc
+            raise fail(f"cannot reach the service at {s.url}: {exc}", EXIT_NO_VERDICT) from exc
         if resp.status_code != 202:
             raise _refused(resp, s.url)
         body = resp.json()
         typer.echo(f"build {body['build_id']}: {s.url.rstrip('/')}{body['url']}")
         if not wait:
             return
-        with progress.Waiting() as shown:
-            while True:
-                got = http.get(f"/api/builds/{body['build_id']}")
-                report = BuildReport.model_validate(got.json())
-                if report.verdict != Verdict.pending:
-                    break
-                shown.update(state_line(report))
-                time.sleep(1.0)
-        typer.echo(f"verdict: {report.verdict.value} ({report.verdict_reason})")
-        for c in report.causes:
-            typer.echo(f"  {c.status} {c.name}: {c.reason}")
-        g = report.gate
-        if g is not None:
-            typer.echo(f"gate ({', '.join(g.require)}): {g.conclusion.value}: {g.reason}")
-        if g is not None and g.require != [gate.ALL]:
-            raise typer.Exit(gate.EXIT_CODES[g.conclusion])
-        raise typer.Exit(EXIT_CODES[report.verdict])
-
-
-def state_line(report: BuildReport) -> str:
-    """What a pending build waits for, job by job: "sm_100 job: waiting: no runner with
-    arch=sm_100 is alive"."""
-    parts = []
-    for j in report.jobs:
-        label = f"{j.family or j.kind.value} job"
-        if j.status == JobState.queued:
-            parts.append(f"{label}: waiting: {j.waiting}" if j.waiting else f"{label}: queued")
-        elif j.status == JobState.waiting:
-            parts.append(f"{label}: waiting for the build job's wheel")
-        elif j.status == JobState.leased:
-            done = len(j.stages)
-            parts.append(f"{label}: running on {j.runner or 'a runner'} ({done} stages done)")
-    return f"build {report.id}: {'; '.join(parts) or report.status.value}"
+        report = waiting.wait(http, int(body["build_id"]), s.url, timeout)
+    localreport.print_cause(report)
+    g = report.gate
+    if g is not None and g.require != [gate.ALL]:
+        raise typer.Exit(gate.EXIT_CODES[g.conclusion])
+    raise typer.Exit(EXIT_CODES[report.verdict])
 
 
 def _refused(resp: httpx.Response, url: str) -> typer.Exit:
@@ -202,10 +193,13 @@ def _refused(resp: httpx.Response, url: str) -> typer.Exit:
         return fail(
             f"the service at {url} does not accept this submit token: check FE_CI_SUBMIT_TOKEN "
             f"({message})",
-            EXIT_FAILED,
+            EXIT_NO_VERDICT,
         )
+    if resp.status_code in (408, 429):  # busy, or the upload too slow: try again later
+        return fail(f"the service at {url} did not take it now: {message}", EXIT_NO_VERDICT)
     if 400 <= resp.status_code < 500:
         return fail(f"the service refused the submission: {message}")
     return fail(
-        f"the service at {url} failed ({resp.status_code}): {message}; see its log", EXIT_FAILED
+        f"the service at {url} failed ({resp.status_code}): {message}; see its log",
+        EXIT_NO_VERDICT,
     )

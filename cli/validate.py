@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from cli import progress
-from cli.common import EXIT_FAILED, WHEEL_ARG, fail, parse_stages
+from cli.common import (
+    EXIT_FAILED,
+    WHEEL_ARG,
+    fail,
+    parse_stages,
+    runner_settings,
+    stage_names,
+    wheel_version,
+)
 from cli.configs import unknown_config
 from core import gate, history, remembered
 from core.subjects import SUBJECTS
@@ -20,7 +27,6 @@ from core.verdict import EXIT_CODES
 from core.wire import BuildReport, Capability, RememberedConfig, Stage, StageResult
 from runner.agent import labels
 from runner.config import RunnerSettings
-from runner.envs import envs
 from runner.pipeline import localreport, pipeline, pipeline_options
 
 
@@ -70,15 +76,6 @@ def _build_commit(
     return built.wheel, result
 
 
-def _wheel_version(wheel: Path | None) -> str | None:
-    if wheel is None:
-        return None
-    try:
-        return envs.read_wheel_metadata(wheel).version
-    except (OSError, ValueError, StopIteration, KeyError, zipfile.BadZipFile) as exc:
-        raise fail(f"{wheel} is not a readable wheel: {exc}") from exc
-
-
 def validate(
     wheel: Annotated[Path | None, WHEEL_ARG] = None,
     json_out: Annotated[
@@ -89,8 +86,8 @@ def validate(
         typer.Option(
             "--stages",
             metavar="STAGES",
-            help="comma-separated, from: install, probe, determinism, numerics, refusal "
-            "(default: all of them)",
+            help=f"comma-separated, from: {stage_names()} (default: all of them; build is "
+            "--commit's)",
         ),
     ] = None,
     previous: Annotated[
@@ -156,9 +153,10 @@ def validate(
     \b
     Exit codes: 0 pass; 1 fail or error; 2 inconclusive or incomplete;
     with --require, by the gate: 0 success, 1 failure, 2 neutral (a required check did not run);
-    4 bad input (not a wheel, no such file, an unknown stage, config or required check).
+    4 bad input (not a wheel, no such file, an unknown stage, config or required check, a bad
+    FE_CI_ setting).
     """
-    s = RunnerSettings()
+    s = runner_settings()
     if wheel is None and commit is None and not preinstalled:
         raise fail("give a WHEEL, --commit SHA, or --preinstalled for the importable candidate")
     selected = parse_stages(stages)
@@ -167,14 +165,13 @@ def validate(
     if config is not None and (why := unknown_config(config, chosen_subjects or list(SUBJECTS))):
         raise fail(why)
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
-    if wheel is not None and not wheel.is_file():
-        raise fail(f"no such file: {wheel}")
+    version = wheel_version(wheel) if wheel is not None else None
     tmp = Path(tempfile.mkdtemp(prefix="fe-ci-validate-")) if work_dir is None else work_dir
     built: StageResult | None = None
     try:  # bad input found from here on leaves no temp dir behind
         if commit is not None:
             wheel, built = _build_commit(s, repo, commit, tmp / "build")
-        version = _wheel_version(wheel)
+            version = wheel_version(wheel)
     except typer.Exit:
         if work_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)

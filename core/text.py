@@ -14,6 +14,11 @@ import re
 ELLIPSIS = "…"
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 stage``, ``2 stages``, ``0 stages``: a count and its noun, agreeing."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
 def one_line(text: str) -> str:
     """Every run of whitespace (newlines included) as one space."""
     return " ".join(text.split())

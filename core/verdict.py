@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core import notrun
 from core.kinds import FindingKind
 from core.subjects import SUBJECTS
-from core.text import shorten
+from core.text import plural, shorten
 from core.wire import (
     BuildReport,
     Cause,
@@ -152,16 +153,6 @@ def not_run(report: BuildReport) -> list[NotRun]:
     return out
 
 
-def _skipped_line(missing: dict[str, str]) -> str:
-    """``2 subjects did not run: a, b: skipped: no sm_100 runner; c: ...``: every one named."""
-    by_reason: dict[str, list[str]] = {}
-    for name, why in sorted(missing.items()):
-        by_reason.setdefault(why, []).append(name)
-    parts = [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
-    count = f"{len(missing)} subject{'s' if len(missing) > 1 else ''}"
-    return f"{count} did not run: {'; '.join(parts)}"
-
-
 def judge(report: BuildReport) -> Judgement:
     """The verdict, its reason, and the subjects that did not run.
 
@@ -188,7 +179,7 @@ def _verdict(report: BuildReport) -> Judgement:
     jobs = report.jobs
     pending = [j for j in jobs if j.status in OPEN_JOBS]
     if pending and report.status != "cancelled":
-        return Judgement(Verdict.pending, f"{len(pending)} job(s) not finished")
+        return Judgement(Verdict.pending, f"{plural(len(pending), 'job')} not finished")
     if report.status == "cancelled":
         return Judgement(Verdict.cancelled, "the build was cancelled")
 
@@ -219,9 +210,9 @@ def _verdict(report: BuildReport) -> Judgement:
             if check.status == Status.inconclusive:
                 return Judgement(Verdict.inconclusive, f"{check.name}: {check.detail}")
 
-    missing = uncovered_subjects(report)
-    if missing:  # named first: which subjects went unchecked is what a reader needs
-        return Judgement(Verdict.incomplete, _skipped_line(missing))
+    if uncovered_subjects(report):  # named first: which subjects went unchecked, and with them
+        # the ones that cannot apply, in the same words as everywhere (core/notrun.py)
+        return Judgement(Verdict.incomplete, notrun.summary(not_run(report)))
     for _job, stage in stages:
         if stage.status == Status.skipped:
             said = stage.reason.startswith("skipped")

@@ -1,5 +1,6 @@
 """What ``fe-ci validate`` writes and prints: the local build report, and its text, cause first
-(the verdict, the gate, every cause with its repro line, what did not run), details after.
+(the verdict, the gate, every cause with its repro line, every subject and stage that did not
+run, skipped and not applicable alike), details after.
 Progress while it runs is ``cli/progress.py``."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import typer
 
 from core import assemble as assembler
-from core import gate
+from core import gate, notrun
 from core.verdict import missed_stages
 from core.wire import (
     BuildReport,
@@ -88,12 +89,12 @@ def print_cause(report: BuildReport) -> None:
         if c.repro:
             machine = f" on an {c.family} machine" if c.family else ""
             typer.echo(f"      reproduce{machine}: {c.repro}")
-    skipped = [n for n in report.not_run if n.status == Status.skipped]
+    subjects = notrun.lines(report.not_run)  # skipped and not applicable alike
     stages = missed_stages(report)
-    if skipped or stages:
+    if subjects or stages:
         typer.echo("did not run:")
-    for n in skipped:
-        typer.echo(f"  {n.subject}: {n.reason}"[:300])
+    for line in subjects:
+        typer.echo(f"  {line}"[:300])
     for m in stages:
         typer.echo(f"  {m.what}: {m.reason}"[:300])
 
@@ -123,9 +124,6 @@ def print_report(report: BuildReport) -> None:
             f"  drift {d.subject}.{d.output} {d.arm}: {d.differing}/{max(d.runs - 1, 0)} differ, "
             f"{d.distinct} distinct, max|d| {d.max_abs_diff}, luck {d.luck_probability}"
         )
-    for n in report.not_run:
-        if n.status == Status.not_applicable:
-            typer.echo(f"  not applicable {n.subject}: {n.reason}"[:300])
     refused = [r for r in report.refusal if r.status != Status.pass_]
     if report.refusal:
         typer.echo(f"  refusal rows: {len(report.refusal)}, not as expected: {len(refused)}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
+from core import notrun
 from core.verdict import ERRORED, NOT_RUN
 from core.wire import BuildReport, Check, JobReport, JobState, Severity, StageResult, Status
 
@@ -62,11 +63,8 @@ def _case(
         ET.SubElement(case, "failure", message=message, type="fail").text = detail
     elif status in _ERRORS:
         ET.SubElement(case, "error", message=message, type=status.value).text = detail
-    elif status in NOT_RUN:
-        said = detail.startswith(f"{status.value}:")
-        # an empty reason is the status alone (a reason of its own may end in ": ")
-        shown = detail if said else f"{status.value}: {detail}" if detail else status.value
-        ET.SubElement(case, "skipped", message=shown)
+    elif status in NOT_RUN:  # in the words of the verdict line and the CLI
+        ET.SubElement(case, "skipped", message=notrun.said(status, detail))
     return status.value
 
 

@@ -7,12 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from testkit import processes
 from testkit.service import ROOT, Service
+from testkit.wheels import make_wheel
 
 EXIT_BAD_INPUT = 4
 
@@ -25,7 +27,7 @@ def fe_ci(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProces
     )
 
 
-COMMANDS = ("serve", "runner", "submit", "validate", "configs", "bisect")
+COMMANDS = ("serve", "runner", "submit", "validate", "configs", "bisect", "pin")
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,8 @@ def test_help_is_whole_and_plain_outside_a_terminal(
     assert not re.search(r"<(bool|str|path|int)>", text), text  # no type labels
     assert max(len(line) for line in text.splitlines()) <= 100, text
     if command == "validate":
-        # the whole list of stages, not "probe,determinism,nu…"
-        assert "install, probe, determinism, numerics, refusal" in text, text
+        # the whole list of stages, not "probe,determinism,nu…", as its error lists them
+        assert "build, install, probe, determinism, numerics, refusal" in text, text
         assert "4 bad input" in text
     if command == "":
         assert "4  bad input" in text and "2  inconclusive or incomplete" in text
@@ -67,11 +69,13 @@ def test_every_option_of_every_command_has_help(
                 assert re.match(r"\s+--[a-z][a-z0-9-]*( [A-Z]+)?\s{2,}\S", line), (command, line)
 
 
-def test_submit_help_names_its_environment(
+def test_submit_help_names_its_environment_and_its_timeout(
     helps: dict[str, subprocess.CompletedProcess[str]],
 ) -> None:
     text = helps["submit"].stdout
     assert "FE_CI_URL" in text and "FE_CI_SUBMIT_TOKEN" in text
+    assert "--timeout S" in text and "half an hour" in text and "3 no verdict" in text
+    assert "3  no verdict" in helps[""].stdout  # the program's list of exit codes
 
 
 def test_bad_input_has_its_own_exit_code(tmp_path: Path) -> None:
@@ -82,6 +86,7 @@ def test_bad_input_has_its_own_exit_code(tmp_path: Path) -> None:
         (("validate", str(junk)), "not a readable wheel"),
         (("validate", str(tmp_path / "missing.whl")), "no such file"),
         (("validate", str(junk), "--stages", "probe,warp"), "unknown stage 'warp'"),
+        (("validate", "a.whl", "--stages", "warp"), "stages: build, install, probe, determinism"),
         (("validate", "--no-such-option"), "No such option"),
         (("validate", "a.whl", "b.whl"), "unexpected extra argument"),
         (("validate", "a.whl", "--require", "probe,warp"), "unknown required check(s) warp"),
@@ -92,6 +97,12 @@ def test_bad_input_has_its_own_exit_code(tmp_path: Path) -> None:
         proc = fe_ci(*args, cwd=tmp_path)
         assert proc.returncode == EXIT_BAD_INPUT, (args, proc.returncode, proc.stderr)
         assert words in proc.stderr, (args, proc.stderr)
+    # a setting that does not parse is bad input too, named, with no traceback
+    for args in (("validate", "a.whl"), ("submit", "a.whl"), ("runner",)):
+        proc = fe_ci(*args, cwd=tmp_path, FE_CI_SANDBOX="jail")
+        assert proc.returncode == EXIT_BAD_INPUT, (args, proc.stderr)
+        assert "error: bad configuration: FE_CI_SANDBOX: " in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
 def test_submit_of_a_short_commit_answers_in_words(tmp_path: Path, module_service: Service) -> None:
@@ -106,16 +117,44 @@ def test_submit_of_a_short_commit_answers_in_words(tmp_path: Path, module_servic
     assert module_service.count("builds") == before
 
 
-def test_a_refused_submission_is_said_in_words(tmp_path: Path, module_service: Service) -> None:
+def test_the_same_file_gets_the_same_words_from_every_command(tmp_path: Path) -> None:
+    """A file that is not a wheel, or no file: ``validate`` and ``submit`` say one thing, exit 4,
+    before any service is asked (none runs here)."""
     junk = tmp_path / "nvidia_cudnn_frontend-1.0.0-py3-none-any.whl"
     junk.write_bytes(b"not a zip")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a wheel")
+    empty_zip = tmp_path / "nvidia_cudnn_frontend-1.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(empty_zip, "w") as zf:
+        zf.writestr("cudnn/__init__.py", "")
+    for path, words in (
+        (junk, "is not a readable wheel: File is not a zip file"),
+        (notes, "is not a readable wheel: its name does not end in .whl"),
+        (empty_zip, "is not a readable wheel: it has no .dist-info/METADATA"),
+        (tmp_path / "missing.whl", "no such file"),
+    ):
+        said = {
+            command: fe_ci(command, str(path), cwd=tmp_path, FE_CI_URL="http://127.0.0.1:9",
+                           FE_CI_SUBMIT_TOKEN="x")
+            for command in ("validate", "submit")
+        }  # fmt: skip
+        for command, proc in said.items():
+            assert proc.returncode == EXIT_BAD_INPUT, (command, path, proc.stderr)
+            assert words in proc.stderr, (command, proc.stderr)
+        assert said["validate"].stderr == said["submit"].stderr, path
+
+
+def test_a_refused_submission_is_said_in_words(tmp_path: Path, module_service: Service) -> None:
+    """A readable wheel the service's checks refuse (another distribution's name)."""
+    made = make_wheel(tmp_path / "w", "1.0.0", "")
+    other = made.rename(made.with_name("other_package-1.0.0-py3-none-any.whl"))
     proc = fe_ci(
-        "submit", str(junk), cwd=tmp_path, FE_CI_URL=module_service.url,
+        "submit", str(other), cwd=tmp_path, FE_CI_URL=module_service.url,
         FE_CI_SUBMIT_TOKEN=module_service.env["FE_CI_SUBMIT_TOKEN"],
     )  # fmt: skip
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
     assert proc.stderr.startswith("error: the service refused the submission: "), proc.stderr
     proc = fe_ci(
-        "submit", str(junk), cwd=tmp_path, FE_CI_URL=module_service.url, FE_CI_SUBMIT_TOKEN="wrong"
+        "submit", str(other), cwd=tmp_path, FE_CI_URL=module_service.url, FE_CI_SUBMIT_TOKEN="wrong"
     )
-    assert proc.returncode == 1 and "check FE_CI_SUBMIT_TOKEN" in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "check FE_CI_SUBMIT_TOKEN" in proc.stderr, proc.stderr
