@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import sys
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -101,8 +103,23 @@ class Settings(BaseSettings):
     notify_retries: int = Field(default=5, ge=1, le=20)  # attempts in a row before waiting long
     notify_backoff_s: float = Field(default=2.0, gt=0)  # the first wait; it doubles, jittered
     notify_give_up_h: float = Field(default=24.0, gt=0)  # an undelivered one is dropped then
+    # The release watcher (service/watch/), off unless FE_CI_WATCH: it polls the package index's
+    # simple API for new frontend releases and submits each once, on the line of releases.
+    watch: bool = False
+    watch_index: str | None = None  # the simple index's URL; unset, the index pip would use
+    watch_interval_s: float = Field(default=600.0, gt=0)
+    # the index away or failing: the wait doubles from FE_CI_WATCH_INTERVAL_S up to this
+    watch_max_backoff_s: float = Field(default=3600.0, gt=0)
+    # the wheel taken from each release: this CPython tag, manylinux x86_64 (the runners' hosts)
+    watch_python: str = Field(default=f"cp{sys.version_info[0]}{sys.version_info[1]}")
+    # hosts besides the index's own that a release's files may be downloaded from
+    watch_file_hosts: Annotated[list[str], NoDecode] = []
+    # releases already out at the first poll that are validated, newest first; the older ones
+    # are recorded as seen and never submitted
+    watch_backfill: int = Field(default=1, ge=0, le=50)
+    watch_max_mb: int = Field(default=256, ge=1)  # a release's wheel; 1.32.0's is 11.6 MB
 
-    _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
+    _split = field_validator("branches", "gpu_archs", "watch_file_hosts", mode="before")(split_csv)
 
     @field_validator(
         "submit_token", "runner_token", "webhook_secret", "admin_token", "notify_secret"
@@ -127,6 +144,20 @@ class Settings(BaseSettings):
         bad = [v for v in value if v not in known]
         if bad:
             raise ValueError(f"unknown GPU families {bad}; use {', '.join(known)}")
+        return value
+
+    @field_validator("watch_python")
+    @classmethod
+    def _cpython_tag(cls, value: str) -> str:
+        if not re.fullmatch(r"cp3\d{1,2}", value):
+            raise ValueError(f"FE_CI_WATCH_PYTHON is a CPython tag such as cp312, not {value!r}")
+        return value
+
+    @field_validator("watch_index")
+    @classmethod
+    def _http_index(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/?#]+", value):
+            raise ValueError(f"FE_CI_WATCH_INDEX is an http(s) URL, not {value!r}")
         return value
 
     @cached_property
