@@ -32,6 +32,7 @@ class SimpleIndex:
     mode: Literal["json", "html", "down"] = "json"
     files: list[Listed] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> Location
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -97,6 +98,11 @@ def _handler(index: SimpleIndex) -> type[BaseHTTPRequestHandler]:
                 index.requests.append(self.path)
             if index.mode == "down":
                 self._send(503, "text/plain", b"down for maintenance")
+            elif self.path in index.redirects:
+                self.send_response(302)
+                self.send_header("Location", index.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             elif self.path == f"/simple/{PROJECT}/":
                 self._send(200, *index.page(self.headers.get("Accept", "")))
             elif self.path.startswith("/files/") and (body := index.file(self.path[7:])):

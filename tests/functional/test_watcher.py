@@ -6,17 +6,19 @@ index's host is never followed."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from testkit.registry import registry_wheel
-from testkit.service import Service
+from testkit.service import Service, free_port
 from testkit.waiting import eventually
-from tests.helpers import logged
+from tests.helpers import logged, register
 from tests.simple_index import SimpleIndex, serve_index
 
 StartService = Callable[..., Service]
@@ -136,3 +138,45 @@ def test_a_link_off_the_index_host_is_never_followed(
     assert index.seen(f"/files/{off.name}") == 0
     ((state, reason),) = rows(svc, "SELECT state, reason FROM watched_releases")
     assert state == "refused" and "is not the index's" in reason
+
+
+def _run_cpu_job(runner: httpx.Client, build_id: int, *, red: bool) -> None:
+    """Take the build's CPU job and post its stages, failing the probe where ``red`` (a scripted
+    runner: the line's colour is what this tests, not the stages)."""
+    lease = runner.post("/api/jobs/claim", json={"wait_s": 10}).json()
+    assert lease["build_id"] == build_id and lease["kind"] == "cpu", lease
+    for name in lease["stages"]:
+        status = "fail" if red and name == "probe" else "pass"
+        result = {"name": name, "status": status, "checks": [{"name": name, "status": status}]}
+        body = {"lease_token": lease["lease_token"], "result": result}
+        assert runner.post(f"/api/jobs/{lease['job_id']}/stages", json=body).status_code == 201
+    done = {"lease_token": lease["lease_token"]}
+    assert runner.post(f"/api/jobs/{lease['job_id']}/finish", json=done).status_code == 200
+
+
+def test_the_line_of_releases_turning_red_is_notified(
+    make_service: StartService, index: SimpleIndex
+) -> None:
+    """As develop's: the second release fails where the first passed, and the outbox holds the
+    line's notification, the first release named as the previous build."""
+    index.publish(registry_wheel("1.28.0"))
+    nowhere = f"http://127.0.0.1:{free_port()}/hook"  # delivery is test_notifications.py's
+    svc = make_service(**watching(index, FE_CI_NOTIFY_URL=nowhere))
+    runner = register(svc, "cpu-runner")
+    eventually(lambda: len(release_builds(svc)) == 1, timeout=60, message="the first build")
+    ((first,),) = rows(svc, "SELECT id FROM builds WHERE source = 'release'")
+    _run_cpu_job(runner, first, red=False)
+    index.publish(registry_wheel("1.29.0"))
+    eventually(lambda: len(release_builds(svc)) == 2, timeout=60, message="the second build")
+    ((second,),) = rows(svc, f"SELECT id FROM builds WHERE source = 'release' AND id > {first}")
+    _run_cpu_job(runner, second, red=True)
+    found = eventually(
+        lambda: rows(svc, "SELECT build_id, event, body FROM notifications"),
+        timeout=30,
+        message="the line's notification",
+    )
+    ((build_id, event, body),) = found
+    sent = json.loads(body)
+    assert (build_id, event) == (second, "branch_red")
+    assert sent["branch"] == "releases" and sent["previous"]["id"] == first
+    assert "releases turned red" in sent["text"]
