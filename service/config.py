@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
@@ -184,22 +185,27 @@ class Settings(BaseSettings):
         """Fill unset tokens from ``<data_dir>/tokens.env``, generating and saving them once.
 
         A first start on a laptop then needs no configuration; the file is mode 0600 and the
-        runner and ``fe-ci submit`` read it when they share the data directory.
+        runner and ``fe-ci submit`` read it when they share the data directory. Replicas starting
+        at once on one data directory take turns (a lock file), so all hold the same tokens.
         """
-        saved = read_tokens_file(self.tokens_file)
-        values = {}
-        for name in TOKEN_NAMES:
-            if getattr(self, name) is None:
-                values[name] = saved.get(name) or secrets.token_urlsafe(24)
-        if not values:
+        if all(getattr(self, name) is not None for name in TOKEN_NAMES):
             return self
-        merged = {**saved, **values}
         private_dir(self.data_dir)
-        tmp = self.tokens_file.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-            fh.write("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
-        tmp.replace(self.tokens_file)
+        with open(self.data_dir / "tokens.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            saved = read_tokens_file(self.tokens_file)
+            values = {}
+            for name in TOKEN_NAMES:
+                if getattr(self, name) is None:
+                    values[name] = saved.get(name) or secrets.token_urlsafe(24)
+            merged = {**saved, **values}
+            if merged != saved:
+                tmp = self.tokens_file.with_suffix(".tmp")
+                tmp.unlink(missing_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with os.fdopen(os.open(tmp, flags, 0o600), "w") as fh:
+                    fh.write("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
+                tmp.replace(self.tokens_file)
         return self.model_copy(update=values)
 
 
