@@ -82,7 +82,13 @@ class Origins:
 def default_index() -> tuple[str, frozenset[str]]:
     """The index pip would use (``PIP_INDEX_URL``, pip's configuration, else pip's default) and the
     file host pip names for its default one."""
-    from pip._internal.models.index import PyPI
+    try:
+        from pip._internal.models.index import PyPI
+    except ImportError as exc:
+        raise RuntimeError(
+            "FE_CI_WATCH_INDEX is unset and pip, which names the default index, is not "
+            "installed: set FE_CI_WATCH_INDEX to the simple index's URL"
+        ) from exc
 
     url = os.environ.get("PIP_INDEX_URL") or _pip_config_index() or PyPI.simple_url
     same = url.rstrip("/") == PyPI.simple_url.rstrip("/")

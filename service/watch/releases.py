@@ -73,7 +73,8 @@ class Watcher:
         self.package = package
         self.origins = origins_of(settings)
         self.failures = 0
-        self.client = httpx.Client(timeout=index.TIMEOUT_S, follow_redirects=False, trust_env=False)
+        # redirects are followed by index._get, each checked against the origins
+        self.client = httpx.Client(timeout=index.TIMEOUT_S, follow_redirects=False)
 
     def close(self) -> None:
         self.client.close()

@@ -108,3 +108,12 @@ def test_a_redirect_off_the_index_is_refused_before_it_is_followed() -> None:
         with pytest.raises(IndexAway, match="404"):
             index.read_project(client, origins, PROJECT)
         assert served.seen("/simple/moved/") == 1
+
+
+def test_unset_the_index_is_the_one_pip_would_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pip._internal.models.index import PyPI
+
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:8123/simple/")
+    assert index.default_index() == ("http://127.0.0.1:8123/simple/", frozenset())
+    monkeypatch.setenv("PIP_INDEX_URL", PyPI.simple_url)  # pip's default: its file host too
+    assert index.default_index() == (PyPI.simple_url, frozenset({PyPI.file_storage_domain}))
