@@ -25,7 +25,6 @@ from service.jobs import bisection_runs, queue, wake
 from service.leader import Leader
 from service.outbound import github, notifications
 from service.uploads import blobsweep, client_limits, uploads
-from service.watch import releases
 from service.web import apidocs, views
 
 log = logging.getLogger("fe_ci.service")
@@ -123,7 +122,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = [*wake.start(app, engine)]
         tasks += [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
-        if settings.watch:
+        if settings.watch:  # imported here: httpx only where something is fetched or posted
+            from service.watch import releases
+
             watcher = releases.Watcher(settings, sessions, lambda: wake.queue_changed(app))
             tasks.append(asyncio.create_task(releases.run(watcher, app.state.leader)))
         try:
