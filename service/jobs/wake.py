@@ -105,7 +105,11 @@ def _dsn(url: str) -> str:
 
 
 async def _listen(app: FastAPI, dsn: str, replica: str) -> None:
-    import psycopg  # PostgreSQL's extra (pyproject.toml): a SQLite service never needs it
+    try:
+        import psycopg  # PostgreSQL's extra (pyproject.toml): a SQLite service never needs it
+    except ImportError:  # another driver: waiting claims keep looking every second
+        log.warning("event=wake_listen_unavailable reason='psycopg (3) is not installed'")
+        return
 
     wait = RECONNECT_S[0]
     while True:

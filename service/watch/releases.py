@@ -14,6 +14,11 @@ The index away (unreachable, an error status, no simple API page) makes the next
 twice as long, up to ``FE_CI_WATCH_MAX_BACKOFF_S``; the first good poll goes back to
 ``FE_CI_WATCH_INTERVAL_S``. On several replicas only the one holding the periodic lock polls
 (``service/leader.py``).
+
+The backends' releases (``nvidia-cudnn-cu12``, ``-cu13``) are the hook for a matrix that follows
+the newest backend: ``Watcher(package=...)`` reads any package's releases, and
+``watched_releases`` keys them by package; what a new backend release should start is the
+matrix's to define (this module submits frontend wheels only, checked as the upload checks them).
 """
 
 from __future__ import annotations
