@@ -113,38 +113,41 @@ class Watcher:
         return float(min(base * 2 ** min(self.failures, 32), self.settings.watch_max_backoff_s))
 
     def _take_new(self, found: dict[Version, IndexFile]) -> None:
+        """Record every release not seen before, all in one transaction (a crash part-way
+        through the first poll must not turn the older releases into new ones)."""
         with self.sessions() as session:
             known = set(
                 session.scalars(
                     select(WatchedRelease.version).where(WatchedRelease.package == self.package)
                 )
             )
-        first = not known
-        versions = [v for v in found if str(v) not in known]
-        validated = set(versions[-self.settings.watch_backfill :]) if first else set(versions)
-        if first and self.settings.watch_backfill == 0:
-            validated = set()
-        for version in versions:  # oldest first: the line's builds follow the versions
-            state = PENDING if version in validated else SEEN
-            self._take(version, found[version], state)
-
-    def _take(self, version: Version, file: IndexFile, state: str) -> None:
-        with self.sessions() as session:
-            session.add(
-                WatchedRelease(
-                    package=self.package,
-                    version=str(version),
-                    state=state,
-                    filename=file.filename,
-                    sha256=file.sha256,
+            versions = [v for v in found if str(v) not in known]
+            if not versions:
+                return
+            validated = set(versions)
+            if not known:  # the first poll: only the newest few are validated
+                backfill = self.settings.watch_backfill
+                validated = set(versions[-backfill:]) if backfill else set()
+            for version in versions:  # oldest first: the line's builds follow the versions
+                file = found[version]
+                session.add(
+                    WatchedRelease(
+                        package=self.package,
+                        version=str(version),
+                        state=PENDING if version in validated else SEEN,
+                        filename=file.filename,
+                        sha256=file.sha256,
+                    )
                 )
-            )
             try:
                 session.commit()
-            except IntegrityError:  # another service process took it first
+            except IntegrityError:  # another service process took them first
                 session.rollback()
                 return
-        log.info("event=release_found package=%s version=%s state=%s", self.package, version, state)
+        for version in versions:
+            state = PENDING if version in validated else SEEN
+            found_line = "event=release_found package=%s version=%s state=%s"
+            log.info(found_line, self.package, version, state)
 
     def _submit_pending(self, found: dict[Version, IndexFile]) -> None:
         with self.sessions() as session:
