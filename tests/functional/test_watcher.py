@@ -180,3 +180,5 @@ def test_the_line_of_releases_turning_red_is_notified(
     assert (build_id, event) == (second, "branch_red")
     assert sent["branch"] == "releases" and sent["previous"]["id"] == first
     assert "releases turned red" in sent["text"]
+    with svc.http(None) as http:  # the line's badge, as a branch's
+        assert "fe-ci: fail" in http.get("/badge/releases.svg").text
