@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from service import leader
 from testkit.registry import registry_wheel
 from testkit.service import Service
 from testkit.waiting import eventually
@@ -105,3 +106,31 @@ def test_the_periodic_work_runs_on_one_replica_and_moves_when_it_dies(
     eventually(logged(other.log_path, "event=periodic_lock_taken"), timeout=30)
     index.publish(registry_wheel("1.29.0"))
     eventually(lambda: scalar(engine, releases) == 2, timeout=60, message="the next release")
+
+
+def test_a_submission_waits_for_another_replicas_admission(
+    make_service: StartService,
+    postgres_url: str,  # noqa: F811 - the fixture's name
+    engine: Engine,
+) -> None:
+    """The queue's caps are counted then filled under one lock across replicas: while another
+    process (this test) holds the admission lock, a submission waits for it, then goes in."""
+    svc = make_service(FE_CI_DATABASE_URL=postgres_url)
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    answer: list[httpx.Response] = []
+    with engine.connect() as other:
+        other.execute(text("SELECT pg_advisory_lock(:k)"), {"k": leader.ADMISSION})
+
+        def post() -> None:
+            with svc.http() as http:
+                answer.append(http.post("/validate", json={"commit": "b" * 40}))
+
+        submit = threading.Thread(target=post, daemon=True)
+        submit.start()
+        eventually(lambda: scalar(engine, waiting) == 1, message="the submission waiting")
+        assert not answer and scalar(engine, "SELECT count(*) FROM builds") == 0
+        other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": leader.ADMISSION})
+        other.commit()
+    submit.join(timeout=30)
+    assert answer and answer[0].status_code == 202, answer
+    assert scalar(engine, "SELECT count(*) FROM builds") == 1
