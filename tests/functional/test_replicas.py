@@ -134,3 +134,24 @@ def test_a_submission_waits_for_another_replicas_admission(
     submit.join(timeout=30)
     assert answer and answer[0].status_code == 202, answer
     assert scalar(engine, "SELECT count(*) FROM builds") == 1
+
+
+def test_one_bisection_pump_at_a_time_across_replicas(
+    make_service: StartService,
+    postgres_url: str,  # noqa: F811 - the fixture's name
+    engine: Engine,
+) -> None:
+    """The sweeper kicks the bisection pump each round; while another process (this test) holds
+    the pump's lock, the replica's pump waits for it instead of running beside it."""
+    make_service(FE_CI_DATABASE_URL=postgres_url, FE_CI_SWEEP_INTERVAL_S="0.2")
+    key = leader.BISECT
+    pump_waiting = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        f" AND classid = {key >> 32} AND objid = {key & 0xFFFFFFFF}"
+    )
+    with engine.connect() as other:
+        other.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        eventually(lambda: scalar(engine, pump_waiting) == 1, message="the pump waiting")
+        other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        other.commit()
+    eventually(lambda: scalar(engine, pump_waiting) == 0, message="the pump through")
