@@ -8,6 +8,7 @@ import hashlib
 import html
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class SimpleIndex:
     files: list[Listed] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location
+    drip_s: float = 0.0  # > 0: a file is sent a KiB at a time, this long apart
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -93,6 +95,18 @@ def _handler(index: SimpleIndex) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _drip(self, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for at in range(0, len(body), 1024):
+                try:
+                    self.wfile.write(body[at : at + 1024])
+                    self.wfile.flush()
+                except OSError:  # the reader gave up
+                    return
+                time.sleep(index.drip_s)
+
         def do_GET(self) -> None:
             with index.lock:
                 index.requests.append(self.path)
@@ -106,7 +120,10 @@ def _handler(index: SimpleIndex) -> type[BaseHTTPRequestHandler]:
             elif self.path == f"/simple/{PROJECT}/":
                 self._send(200, *index.page(self.headers.get("Accept", "")))
             elif self.path.startswith("/files/") and (body := index.file(self.path[7:])):
-                self._send(200, "application/octet-stream", body)
+                if index.drip_s:
+                    self._drip(body)
+                else:
+                    self._send(200, "application/octet-stream", body)
             else:
                 self._send(404, "text/plain", b"not found")
 

@@ -5,6 +5,7 @@ refused before it is followed (against a real index on 127.0.0.1)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -117,3 +118,20 @@ def test_unset_the_index_is_the_one_pip_would_use(monkeypatch: pytest.MonkeyPatc
     assert index.default_index() == ("http://127.0.0.1:8123/simple/", frozenset())
     monkeypatch.setenv("PIP_INDEX_URL", PyPI.simple_url)  # pip's default: its file host too
     assert index.default_index() == (PyPI.simple_url, frozenset({PyPI.file_storage_domain}))
+
+
+def test_an_index_that_drips_its_wheel_is_given_up_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A download must keep pace (here 0.3 s plus a MiB a second); a KiB every 0.1 s does not."""
+    monkeypatch.setattr(index, "PACE_BASE_S", 0.3)
+    monkeypatch.setattr(index, "PACE_MIN_RATE", 1024 * 1024)
+    wheel = registry_wheel("1.28.0")
+    with serve_index() as served, httpx.Client(trust_env=False) as client:
+        served.publish(wheel)
+        served.drip_s = 0.1
+        origins = Origins(served.url, frozenset())
+        (file,) = index.read_project(client, origins, PROJECT)
+        with open(tmp_path / "part", "wb") as out, pytest.raises(IndexAway, match="too slowly"):
+            index.download(client, origins, file, out, 64 * 1024**2)
+        assert (tmp_path / "part").stat().st_size < wheel.stat().st_size
