@@ -39,6 +39,7 @@ from core.verdict import (
     no_runner,
 )
 from core.wire import (
+    WHEEL_SOURCES,
     BuildReport,
     Conclusion,
     Gate,
@@ -170,7 +171,7 @@ def _family(report: BuildReport, family: str) -> tuple[Conclusion, str]:
 
 
 def _stage(report: BuildReport, stage: Stage) -> tuple[Conclusion, str]:
-    if stage == Stage.build and report.source == "wheel":
+    if stage == Stage.build and report.source in WHEEL_SOURCES:
         return Conclusion.success, "a wheel needs no build"
     jobs: list[JobReport] = []
     for job in report.jobs:

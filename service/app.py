@@ -22,6 +22,7 @@ from service.config import Settings, private_dir
 from service.deps import SessionDep, open_session, session_maker
 from service.errors import ApiError
 from service.jobs import bisection_runs, queue, wake
+from service.leader import Leader
 from service.outbound import github, notifications
 from service.uploads import blobsweep, client_limits, uploads
 from service.web import apidocs, views
@@ -71,6 +72,8 @@ async def _sweeper(app: FastAPI) -> None:
     while True:
         await asyncio.sleep(settings.sweep_interval_s)
         try:
+            if not await asyncio.to_thread(app.state.leader.holds):
+                continue  # another replica does the periodic work
             changed = await asyncio.to_thread(_sweep_once, app)
             if changed:
                 wake.queue_changed(app)
@@ -93,6 +96,8 @@ async def _blob_sweeper(app: FastAPI) -> None:
     while True:
         await asyncio.sleep(settings.sweep_interval_s)
         try:
+            if not await asyncio.to_thread(app.state.leader.holds):
+                continue
             await asyncio.to_thread(_sweep_blobs, session_maker(app), settings, "periodic")
         except Exception:
             log.exception("event=blob_sweep_failed")
@@ -115,9 +120,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.queue_changed = asyncio.Event()
-        app.state.loop = asyncio.get_running_loop()
-        tasks = [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
+        tasks = [*wake.start(app, engine)]
+        tasks += [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
+        if settings.watch:  # imported here: httpx only where something is fetched or posted
+            from service.watch import releases
+
+            watcher = releases.Watcher(settings, sessions, lambda: wake.queue_changed(app))
+            tasks.append(asyncio.create_task(releases.run(watcher, app.state.leader)))
         try:
             yield
         finally:
@@ -125,6 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            wake.stop(app)
+            await asyncio.to_thread(app.state.leader.release)
             engine.dispose()
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -135,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(headers.HeadAndHeaders)
     app.state.engine = engine
     app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
+    app.state.leader = Leader(engine)  # which replica does the periodic work
     github.StatusReporter(settings).install(sessions)
     app.state.notifier = notifications.Notifier(settings, sessions)
     app.state.notifier.install()

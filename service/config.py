@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import secrets
+import sys
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -101,8 +104,23 @@ class Settings(BaseSettings):
     notify_retries: int = Field(default=5, ge=1, le=20)  # attempts in a row before waiting long
     notify_backoff_s: float = Field(default=2.0, gt=0)  # the first wait; it doubles, jittered
     notify_give_up_h: float = Field(default=24.0, gt=0)  # an undelivered one is dropped then
+    # The release watcher (service/watch/), off unless FE_CI_WATCH: it polls the package index's
+    # simple API for new frontend releases and submits each once, on the line of releases.
+    watch: bool = False
+    watch_index: str | None = None  # the simple index's URL; unset, the index pip would use
+    watch_interval_s: float = Field(default=600.0, gt=0)
+    # the index away or failing: the wait doubles from FE_CI_WATCH_INTERVAL_S up to this
+    watch_max_backoff_s: float = Field(default=3600.0, gt=0)
+    # the wheel taken from each release: this CPython tag, manylinux x86_64 (the runners' hosts)
+    watch_python: str = Field(default=f"cp{sys.version_info[0]}{sys.version_info[1]}")
+    # hosts besides the index's own that a release's files may be downloaded from
+    watch_file_hosts: Annotated[list[str], NoDecode] = []
+    # releases already out at the first poll that are validated, newest first; the older ones
+    # are recorded as seen and never submitted
+    watch_backfill: int = Field(default=1, ge=0, le=50)
+    watch_max_mb: int = Field(default=256, ge=1)  # a release's wheel; 1.32.0's is 11.6 MB
 
-    _split = field_validator("branches", "gpu_archs", mode="before")(split_csv)
+    _split = field_validator("branches", "gpu_archs", "watch_file_hosts", mode="before")(split_csv)
 
     @field_validator(
         "submit_token", "runner_token", "webhook_secret", "admin_token", "notify_secret"
@@ -129,6 +147,20 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown GPU families {bad}; use {', '.join(known)}")
         return value
 
+    @field_validator("watch_python")
+    @classmethod
+    def _cpython_tag(cls, value: str) -> str:
+        if not re.fullmatch(r"cp3\d{1,2}", value):
+            raise ValueError(f"FE_CI_WATCH_PYTHON is a CPython tag such as cp312, not {value!r}")
+        return value
+
+    @field_validator("watch_index")
+    @classmethod
+    def _http_index(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/?#]+", value):
+            raise ValueError(f"FE_CI_WATCH_INDEX is an http(s) URL, not {value!r}")
+        return value
+
     @cached_property
     def url(self) -> str:
         if self.database_url:
@@ -153,22 +185,27 @@ class Settings(BaseSettings):
         """Fill unset tokens from ``<data_dir>/tokens.env``, generating and saving them once.
 
         A first start on a laptop then needs no configuration; the file is mode 0600 and the
-        runner and ``fe-ci submit`` read it when they share the data directory.
+        runner and ``fe-ci submit`` read it when they share the data directory. Replicas starting
+        at once on one data directory take turns (a lock file), so all hold the same tokens.
         """
-        saved = read_tokens_file(self.tokens_file)
-        values = {}
-        for name in TOKEN_NAMES:
-            if getattr(self, name) is None:
-                values[name] = saved.get(name) or secrets.token_urlsafe(24)
-        if not values:
+        if all(getattr(self, name) is not None for name in TOKEN_NAMES):
             return self
-        merged = {**saved, **values}
         private_dir(self.data_dir)
-        tmp = self.tokens_file.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-            fh.write("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
-        tmp.replace(self.tokens_file)
+        with open(self.data_dir / "tokens.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            saved = read_tokens_file(self.tokens_file)
+            values = {}
+            for name in TOKEN_NAMES:
+                if getattr(self, name) is None:
+                    values[name] = saved.get(name) or secrets.token_urlsafe(24)
+            merged = {**saved, **values}
+            if merged != saved:
+                tmp = self.tokens_file.with_suffix(".tmp")
+                tmp.unlink(missing_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with os.fdopen(os.open(tmp, flags, 0o600), "w") as fh:
+                    fh.write("".join(f"FE_CI_{k.upper()}={v}\n" for k, v in sorted(merged.items())))
+                tmp.replace(self.tokens_file)
         return self.model_copy(update=values)
 
 

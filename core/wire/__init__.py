@@ -57,7 +57,10 @@ from core.wire.results import (
     TimingValue,
 )
 from core.wire.vocabulary import (
+    RELEASES,
     STAGE_ORDER,
+    WHEEL_SOURCES,
+    BuildSource,
     BuildStatus,
     Conclusion,
     JobKind,
@@ -72,9 +75,12 @@ from core.wire.vocabulary import (
 
 __all__ = [
     "LOG_MAX_CHARS",
+    "RELEASES",
     "STAGE_ORDER",
+    "WHEEL_SOURCES",
     "BuildAccepted",
     "BuildReport",
+    "BuildSource",
     "BuildStatus",
     "BuildSummary",
     "BuildsPage",

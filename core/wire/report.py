@@ -127,7 +127,7 @@ class Coverage(WireModel):
 
 class BuildReport(WireModel):
     id: int | None = None
-    source: str  # "wheel" | "commit"
+    source: str  # core.wire.vocabulary.BuildSource: "wheel" | "commit" | "release"
     version: str | None = None
     sha256: str | None = None
     filename: str | None = None

@@ -51,6 +51,20 @@ class Verdict(StrEnum):
     pass_ = "pass"
 
 
+class BuildSource(StrEnum):
+    """Where a build's wheel comes from. ``wheel`` and ``release`` come with their wheel (no
+    build job); ``commit`` and ``release`` builds are on a line (``Build.branch``): a commit's
+    branch, or ``RELEASES`` for every release the watcher found on the package index."""
+
+    wheel = "wheel"  # uploaded to POST /validate
+    commit = "commit"  # a commit of the frontend's repository, built by a builder runner
+    release = "release"  # a release the watcher took from the package index
+
+
+RELEASES = "releases"  # the line of release builds
+WHEEL_SOURCES = frozenset({BuildSource.wheel, BuildSource.release})
+
+
 class JobKind(StrEnum):
     build = "build"
     cpu = "cpu"

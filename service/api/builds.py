@@ -55,7 +55,7 @@ def read_builds(
     session: SessionDep,
     cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    source: Annotated[str | None, Query(pattern="^(wheel|commit)$")] = None,
+    source: Annotated[str | None, Query(pattern="^(wheel|commit|release)$")] = None,
     branch: Annotated[str | None, Query(max_length=300)] = None,
     verdict: Annotated[str | None, Query(max_length=16)] = None,
 ) -> BuildsPage:

@@ -137,8 +137,9 @@ async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
-        try:  # woken by a submission; the timeout covers other service processes
-            await asyncio.wait_for(event.wait(), timeout=min(remaining, 1.0))
+        try:  # woken by a change of the queue here or, on PostgreSQL, on another replica
+            recheck = wake.recheck_s(request.app)
+            await asyncio.wait_for(event.wait(), timeout=min(remaining, recheck))
         except TimeoutError:
             pass
 

@@ -27,6 +27,7 @@ from core.bisection import Answer, Mark, Search, Step
 from core.transitions import Question, detect, judge, observe
 from core.verdict import ENDED_WELL
 from core.wire import BuildReport, Stage
+from service import leader
 from service.config import Settings
 from service.jobs import queue
 from service.models import Bisection, BisectionStep, Build, utcnow
@@ -145,7 +146,8 @@ class Driver:
     def pump(self) -> int:
         """Open new bisections and advance running ones; returns how many builds it queued."""
         queued = 0
-        with self.lock, self.sessions() as session:
+        engine = self.sessions.kw["bind"]  # one pump at a time across replicas, too
+        with self.lock, leader.exclusive(engine, leader.BISECT), self.sessions() as session:
             open_ids = session.scalars(
                 select(Bisection.id).where(Bisection.state.in_((OPEN, RUNNING)))
             ).all()

@@ -26,6 +26,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from core.verdict import OPEN_JOBS
+from service import leader
 from service.config import Settings
 from service.errors import ApiError
 from service.models import Build, Job
@@ -60,8 +61,9 @@ def queued(session: Session) -> tuple[int, int]:
 @contextlib.contextmanager
 def admission(session: Session, settings: Settings) -> Iterator[None]:
     """Refuse if either cap is reached; else hold the lock while the caller adds and commits its
-    build."""
+    build (this process's, and on PostgreSQL every replica's until the transaction ends)."""
     with _admission:
+        leader.hold_for_transaction(session, leader.ADMISSION)
         total, mine = queued(session)
         if mine >= settings.max_queued_per_token:
             raise _refusal("max_queued_per_token", settings.max_queued_per_token, mine)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.wire import JobKind, JobState
+from core.wire import WHEEL_SOURCES, JobKind, JobState
 from service.config import Settings
 from service.errors import Conflict
 from service.jobs import queue, transitions
@@ -45,14 +45,14 @@ def _check_rerunnable(settings: Settings, build: Build) -> None:
             detail={"build_id": build.id},
         )
     stored = build.sha256 is not None and uploads.blob_path(settings.data_dir, build.sha256)
-    if build.source == "wheel" and not (stored and stored.is_file()):
+    if build.source in WHEEL_SOURCES and not (stored and stored.is_file()):
         raise Conflict(f"the wheel of build {build.id} is no longer stored; submit it again")
 
 
 def _is_branch_head(session: Session, build: Build) -> bool:
     newest = session.scalars(
         select(Build.id)
-        .where(Build.source == "commit", Build.branch == build.branch)
+        .where(Build.source == build.source, Build.branch == build.branch)
         .where(Build.bisection_id.is_(None))
         .order_by(Build.id.desc())
         .limit(1)
@@ -65,9 +65,9 @@ def _copy_build(session: Session, build: Build) -> Build:
     return Build(
         source=build.source,
         version=build.version,
-        sha256=build.sha256 if build.source == "wheel" else None,
-        filename=build.filename if build.source == "wheel" else None,
-        size=build.size if build.source == "wheel" else None,
+        sha256=build.sha256 if build.source in WHEEL_SOURCES else None,
+        filename=build.filename if build.source in WHEEL_SOURCES else None,
+        size=build.size if build.source in WHEEL_SOURCES else None,
         repo=build.repo,
         commit=build.commit,
         branch=build.branch if keep_branch else None,

@@ -3,11 +3,11 @@ keeps from one build to the next.
 
 One module per part, each name importable from here (``from service.models import Build``):
 ``base`` (the declarative base, UTC times, the columns of a per-job row), ``builds`` (builds,
-jobs, runners, stages and checks; webhook deliveries and commit artifacts), ``results`` (what the
-jobs reported, row by row, and a finished build's stored report) and ``across_builds`` (chosen
-configs, comparison pins, bisections, notifications). Importing the package imports every module,
-so ``Base.metadata`` holds every table (``service/migrations/env.py`` compares it with the
-migrations).
+jobs, runners, stages and checks; webhook deliveries, releases watched and commit artifacts),
+``results`` (what the jobs reported, row by row, and a finished build's stored report) and
+``across_builds`` (chosen configs, comparison pins, bisections, notifications). Importing the
+package imports every module, so ``Base.metadata`` holds every table
+(``service/migrations/env.py`` compares it with the migrations).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from service.models.builds import (
     Job,
     Runner,
     StageRow,
+    WatchedRelease,
     WebhookDelivery,
 )
 from service.models.results import (
@@ -63,6 +64,7 @@ __all__ = [
     "StoredDriftRow",
     "StoredRefusalRow",
     "UTCDateTime",
+    "WatchedRelease",
     "WebhookDelivery",
     "utcnow",
 ]

@@ -48,7 +48,7 @@ class Build(Base):
     __tablename__ = "builds"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    source: Mapped[str] = mapped_column(String(16))  # "wheel" | "commit"
+    source: Mapped[str] = mapped_column(String(16))  # core.wire.BuildSource
     version: Mapped[str | None] = mapped_column(String(100))
     sha256: Mapped[str | None] = mapped_column(String(64), index=True)
     filename: Mapped[str | None] = mapped_column(String(300))
@@ -165,6 +165,29 @@ class WebhookDelivery(Base):
     delivery: Mapped[str] = mapped_column(String(100), unique=True)
     event: Mapped[str] = mapped_column(String(50))
     outcome: Mapped[str] = mapped_column(String(200))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WatchedRelease(Base):
+    """A release the watcher found on the package index, taken once: the unique (package,
+    version) lets one service process alone submit it, and a restart find it done.
+
+    ``state``: ``pending`` (taken, its build not yet made: retried at the next poll), ``submitted``
+    (its build is ``build_id``), ``seen`` (out before the watcher's first poll, not validated) or
+    ``refused`` (its wheel failed a check; ``reason`` says which)."""
+
+    __tablename__ = "watched_releases"
+    __table_args__ = (UniqueConstraint("package", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    package: Mapped[str] = mapped_column(String(100))
+    version: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    filename: Mapped[str | None] = mapped_column(String(300))
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
     build_id: Mapped[int | None] = mapped_column(ForeignKey("builds.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -1,6 +1,8 @@
-"""Outgoing notifications: a watched branch (``FE_CI_BRANCHES``) turned red, or green again.
+"""Outgoing notifications: a watched line turned red, or green again. The lines watched are the
+branches of ``FE_CI_BRANCHES`` and, while the release watcher is on (``FE_CI_WATCH``), the line of
+releases (``service/watch/``).
 
-When a commit build of a watched branch finishes (a listener of ``service/results/events.py``), its
+When a build of a watched line finishes (a listener of ``service/results/events.py``), its
 colour is compared with the branch's previous coloured build. The colour is the gate's (the required
 checks, ``FE_CI_REQUIRE``): ``success`` green, ``failure`` red; a ``neutral`` gate (a required
 check did not run) has no colour and changes nothing. (A report stored before builds had a gate:
@@ -33,7 +35,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from core.wire import BuildReport, Verdict
+from core.wire import RELEASES, BuildReport, BuildSource, Verdict
 from service.config import Settings
 from service.models import Build, FinishedReport, Notification, utcnow
 from service.results import events
@@ -73,18 +75,26 @@ def _stored_colour(session: Session, build: Build) -> str | None:
 def _branch_builds(build: Build) -> Any:
     return (
         select(Build)
-        .where(Build.source == "commit", Build.branch == build.branch)
+        .where(Build.source == build.source, Build.branch == build.branch)
         .where(Build.bisection_id.is_(None), Build.cancelled_at.is_(None))
         .where(Build.finished_at.is_not(None), Build.id != build.id)
     )
 
 
+def watched_line(settings: Settings, build: Build) -> bool:
+    """A build of a watched line: a commit of a branch of ``FE_CI_BRANCHES``, or a release while
+    the watcher is on (a bisection's steps are on no line)."""
+    if not build.branch or build.bisection_id is not None:
+        return False
+    if build.source == BuildSource.commit:
+        return f"refs/heads/{build.branch}" in settings.branches
+    return build.source == BuildSource.release and build.branch == RELEASES and settings.watch
+
+
 def build_finished(session: Session, settings: Settings, build: Build, report: BuildReport) -> None:
     """In the transaction that finished ``build``: queue a notification if its branch changed
     colour."""
-    if build.source != "commit" or not build.branch or build.bisection_id is not None:
-        return
-    if build.cancelled_at is not None or f"refs/heads/{build.branch}" not in settings.branches:
+    if not watched_line(settings, build) or build.cancelled_at is not None:
         return
     now = colour(report)
     if now is None:

@@ -2,7 +2,8 @@
 
 The previous build of the line is, for commit builds, the newest earlier build of the same branch
 (a bisection's step builds are not part of it; a step compares with its bisection's good build);
-for wheels, the build with the highest lower version.
+for release builds, the newest earlier build of the releases line; for wheels, the build with the
+highest lower version.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session
 from core import regression, surface
 from core.bounds import clip
 from core.kinds import FindingKind
-from core.wire import Capability, Finding, Severity, StageResult
+from core.wire import BuildSource, Capability, Finding, Severity, StageResult
 from service.models import Bisection, Build, CapabilityRow, FindingRow, Job, StageRow
 from service.results.assemble import merge_capabilities
 
@@ -52,10 +53,10 @@ def previous_build(session: Session, build: Build) -> Build | None:
         bisection = session.get(Bisection, build.bisection_id)
         good = bisection.good_build_id if bisection else None
         return session.get(Build, good) if good else None
-    if build.source == "commit":
+    if build.source in (BuildSource.commit, BuildSource.release):
         return session.scalars(
             select(Build)
-            .where(Build.source == "commit", Build.branch == build.branch, Build.id < build.id)
+            .where(Build.source == build.source, Build.branch == build.branch, Build.id < build.id)
             .where(Build.id.in_(probed), Build.bisection_id.is_(None))
             .order_by(Build.id.desc())
         ).first()

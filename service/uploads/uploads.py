@@ -359,6 +359,12 @@ def _flush(out: IO[bytes]) -> None:
     os.fsync(out.fileno())
 
 
+def keep(part: Path, data_dir: Path, sha256: str) -> tuple[Path, bool]:
+    """Store a checked wheel at ``part`` as the blob of ``sha256`` (the release watcher's door);
+    (its path, whether a new blob file was written)."""
+    return _store(part, blob_path(data_dir, sha256))
+
+
 def _store(part: Path, blob: Path) -> tuple[Path, bool]:
     """Move ``part`` to ``blob``; an identical blob already there is reused (created False)."""
     blob.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner, why_uncovered
-from core.wire import JobKind, JobOutcome, JobState, Stage, Status, Verdict
+from core.wire import WHEEL_SOURCES, JobKind, JobOutcome, JobState, Stage, Status, Verdict
 from core.wire.results import subject_of
 from service.jobs.capable import waiting_reason
 
@@ -175,7 +175,8 @@ def stage_cells(
     if cancelled:
         return [Cell.of("cancelled", "the build was cancelled")]
     if stage == Stage.build:
-        why = "a wheel needs no build" if source == "wheel" else "the wheel of this commit exists"
+        has_wheel = source in WHEEL_SOURCES
+        why = "a wheel needs no build" if has_wheel else "the wheel of this commit exists"
         return [Cell.of("not_applicable", why)]
     if stage in (Stage.determinism, Stage.numerics) and jobs:
         return [Cell.of("skipped", no_runner(FAMILIES))]

@@ -52,7 +52,7 @@ def read_grid(
     session: SessionDep,
     settings: SettingsDep,
     cursor: CursorQuery = None,
-    source: Annotated[str | None, Query(pattern="^(wheel|commit)?$")] = None,
+    source: Annotated[str | None, Query(pattern="^(wheel|commit|release)?$")] = None,
     branch: Annotated[str | None, Query(max_length=300)] = None,
     verdict: Annotated[str | None, Query(pattern=f"^({'|'.join(VERDICTS)})?$")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,

@@ -45,6 +45,8 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "service.results": ("service.api", "service.web", "service.uploads"),
     "service.outbound": ("service.api", "service.web", "service.uploads", "service.jobs"),
     "service.api": ("service.web",),
+    # the watcher submits releases as the upload door does: never through the API or the pages
+    "service.watch": ("service.api", "service.web", "service.outbound", "service.results"),
 }
 
 

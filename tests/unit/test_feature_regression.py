@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.wire import RELEASES
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
 from service.results import feature_regression
@@ -34,9 +35,15 @@ def session(tmp_path: Path) -> Iterator[Session]:
     engine.dispose()
 
 
-def _build(session: Session, version: str, *caps: dict[str, object]) -> tuple[Build, Job]:
-    """A wheel build whose jobs each probed the subject once, in this order."""
-    build = Build(source="wheel", version=version, filename=f"w-{version}.whl")
+def _build(
+    session: Session,
+    version: str,
+    *caps: dict[str, object],
+    source: str = "wheel",
+    branch: str | None = None,
+) -> tuple[Build, Job]:
+    """A build (a wheel's by default) whose jobs each probed the subject once, in this order."""
+    build = Build(source=source, version=version, filename=f"w-{version}.whl", branch=branch)
     session.add(build)
     session.flush()
     job = None
@@ -78,6 +85,17 @@ def test_a_knob_no_job_can_reach_is_a_regression(session: Session) -> None:
     (found,) = _regressions(session, build, job)
     assert found.subject == SUBJECT and found.severity == "error"
     assert build_report(session, build).capabilities[SUBJECT].importable is False
+
+
+def test_a_release_compares_with_the_previous_release_of_its_line(session: Session) -> None:
+    """Not with an uploaded wheel nor a commit build in between, whatever their versions."""
+    before, _ = _build(session, "1.31.0", READ, source="release", branch=RELEASES)
+    _build(session, "1.31.5", READ)
+    _build(session, "1.31.9", READ, source="commit", branch="develop")
+    build, job = _build(session, "1.32.0", UNREAD, UNREAD, source="release", branch=RELEASES)
+    assert feature_regression.previous_build(session, build) is before
+    (found,) = _regressions(session, build, job)
+    assert found.subject == SUBJECT and found.severity == "error"
 
 
 @pytest.mark.parametrize(

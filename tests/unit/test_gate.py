@@ -114,6 +114,8 @@ def test_a_subject_this_build_lacks_passes_and_a_wheel_needs_no_build() -> None:
     report.capabilities["flex_attention_bwd"] = cap(present=False)
     assert conclusion(report, "flex_attention_bwd")[0] == Conclusion.success
     assert conclusion(report, "build")[0] == Conclusion.success
+    report.source = "release"  # a release from the package index comes with its wheel too
+    assert conclusion(report, "build")[0] == Conclusion.success
     report.source = "commit"
     assert conclusion(report, "build")[0] == Conclusion.neutral  # no builder job ran it
 
