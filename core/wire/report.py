@@ -35,6 +35,9 @@ class JobReport(WireModel):
     id: int | None = None
     kind: JobKind
     family: str | None = None
+    # a GPU job's cell of the matrix (core/cells.py): its family on the host's cuDNN backend has
+    # the family's name (``sm_90``), another backend adds it (``sm_90-cudnn9.28.1``)
+    cell: str | None = None
     runner: str | None = None
     attempt: int = 1
     status: JobState
@@ -47,6 +50,11 @@ class JobReport(WireModel):
     # a GPU job that reuses the CPU job's refusal decisions (its family's rows are intercepted
     # decisions, the same as on a CPU): that job's id; its refusal stage says what they were
     refusal_from: int | None = None
+
+    @property
+    def cell_name(self) -> str | None:
+        """The name contexts and gate names key a GPU job by (its family's, before cells)."""
+        return self.cell or self.family
 
 
 class DriftReport(DriftRow):

@@ -145,6 +145,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             id=j.id,
             kind=JobKind(j.kind),
             family=j.family,
+            cell=j.cell,
             runner=j.runner.name if j.runner else None,
             attempt=j.attempt,
             status=JobState(j.state),
