@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from core import assemble as assembler
-from core import gate
+from core import cells, gate
 from core.verdict import missed_stages
 from core.wire import (
     BuildReport,
@@ -33,11 +33,13 @@ def local_report(
     family: str | None,
     version: str | None,
     require: list[str] | None = None,
+    cudnn: str | None = None,
 ) -> BuildReport:
     job = JobReport(
         id=None,
         kind=JobKind.gpu if family else JobKind.cpu,
         family=family,
+        cell=cells.Cell(family, cudnn or cells.HOST).name if family else None,
         runner="local",
         status=JobState.finished,
         outcome=JobOutcome.ran,
