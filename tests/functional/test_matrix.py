@@ -1,0 +1,116 @@
+"""The matrix through a real service on 127.0.0.1: ``FE_CI_MATRIX`` expands a build into a GPU job
+per family x cuDNN backend, each named by its cell; runners take jobs by their labels, and a runner
+of the previous protocol (it sends only its family) still gets its family's host-backend jobs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core import gate
+from core.wire import BuildReport
+from service.outbound import statuses
+from testkit.service import ROOT, Service, service_env
+from testkit.wheels import make_wheel
+from tests.helpers import register, report, submit_wheel
+
+MATRIX = "cudnn=host,9.28.1"
+CELL = "sm_90-cudnn9.28.1"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small frontend wheel: no runner here installs it, the claims are what is tested."""
+    return make_wheel(tmp_path_factory.mktemp("wheel"), "9.4.0", "VALUE = 1\n")
+
+
+@pytest.fixture
+def matrix_service(make_service) -> Service:  # type: ignore[no-untyped-def]
+    return make_service(FE_CI_MATRIX=MATRIX, FE_CI_GPU_ARCHS="sm_90")
+
+
+def _claim(runner) -> dict | None:  # type: ignore[no-untyped-def]
+    resp = runner.post("/api/jobs/claim", json={})
+    assert resp.status_code in (200, 204), resp.text
+    return resp.json() if resp.status_code == 200 and resp.content else None
+
+
+def test_a_build_expands_into_a_gpu_job_per_cell(matrix_service: Service, wheel: Path) -> None:
+    build_id = submit_wheel(matrix_service, wheel)
+    jobs = report(matrix_service, build_id)["jobs"]
+    assert [(j["kind"], j["family"], j["cell"]) for j in jobs] == [
+        ("cpu", None, None),
+        ("gpu", "sm_90", "sm_90"),  # the host's backend keeps the family's name
+        ("gpu", "sm_90", CELL),
+    ]
+    parsed = BuildReport.model_validate(report(matrix_service, build_id))
+    contexts = [statuses.context(j) for j in parsed.jobs]
+    assert contexts == ["fe-ci/probe", "fe-ci/sm_90", f"fe-ci/{CELL}"]
+    with matrix_service.db() as db:
+        rows = db.execute("SELECT kind, requires FROM jobs ORDER BY id").fetchall()
+    assert rows == [("cpu", ""), ("gpu", "arch=sm_90"), ("gpu", "arch=sm_90,cudnn=9.28.1")]
+
+
+def test_a_runner_of_the_previous_protocol_gets_its_familys_host_jobs_only(
+    matrix_service: Service, wheel: Path
+) -> None:
+    """The request shape of the previous runner: its family (and GPU) as labels, nothing of a
+    backend. It takes the CPU job and its family's host-backend job, never the 9.28.1 cell."""
+    build_id = submit_wheel(matrix_service, wheel)
+    old = register(matrix_service, "old-runner", arch="sm_90", gpu="NVIDIA H200")
+    taken = [_claim(old) for _ in range(3)]
+    got = [(t["kind"], t["family"], t.get("cudnn")) for t in taken if t is not None]
+    assert sorted(got, key=str) == sorted([("gpu", "sm_90", None), ("cpu", None, None)], key=str)
+    assert taken[2] is None
+    cells_left = [j["cell"] for j in report(matrix_service, build_id)["jobs"] if j["status"] == "queued"]
+    assert cells_left == [CELL]
+    # another family's runner and a runner narrowed to another backend take nothing of it
+    assert _claim(register(matrix_service, "sm100", arch="sm_100", cudnn="*")) is None
+    assert _claim(register(matrix_service, "narrow", arch="sm_90", cudnn="9.26.0")) is None
+    # a runner that offers the backend takes it, and the lease says which backend to load
+    lease = _claim(register(matrix_service, "new", arch="sm_90", cudnn="9.26.0|9.28.1"))
+    assert lease is not None and lease["cell"] == CELL and lease["cudnn"] == "9.28.1"
+
+
+def test_the_gate_names_a_cell(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
+    """``FE_CI_REQUIRE`` may name a cell: the gate judges that cell's job; a cell of an unknown
+    backend is refused like any unknown name."""
+    assert gate.parse_require(f"probe,{CELL}") == ["probe", CELL]
+    with pytest.raises(ValueError, match="unknown required check"):
+        gate.parse_require("sm_90-cudnn9.99.9")
+    svc = make_service(FE_CI_MATRIX=MATRIX, FE_CI_GPU_ARCHS="sm_90", FE_CI_REQUIRE=CELL)
+    build_id = submit_wheel(svc, wheel)
+    new = register(svc, "new", arch="sm_90", cudnn="9.28.1")
+    lease = _claim(new)
+    assert lease is not None and lease["cell"] == "sm_90"  # any GPU job first, the host's
+    lease = _claim(new)
+    assert lease is not None and lease["cell"] == CELL
+    token = lease["lease_token"]
+    done = new.post(
+        f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": token, "error": "boom"}
+    )
+    assert done.status_code == 200, done.text
+    got = report(svc, build_id)["gate"]
+    assert got["require"] == [CELL]
+    assert got["conclusion"] == "failure" and CELL in got["reason"], got
+
+
+def test_an_unknown_backend_is_refused_at_start_with_the_known_ones(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = service_env(data, FE_CI_MATRIX="cudnn=host,9.99.1")
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "serve", "--port", "1"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    said = out.stdout + out.stderr
+    assert "unknown cuDNN backend(s) 9.99.1" in said
+    assert "9.28.1" in said and "9.12.0" in said  # the known ones, listed
+    assert not (data / "fe-ci.sqlite3").exists()
