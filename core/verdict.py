@@ -266,7 +266,7 @@ def causes(report: BuildReport) -> list[Cause]:
     errored: list[Cause] = []
     unsure: list[Cause] = []
     for job, stage in _stages(report.jobs):
-        where = {"stage": stage.name, "job_id": job.id, "family": job.family}
+        where = {"stage": stage.name, "job_id": job.id, "family": job.family, "cell": job.cell}
         bad = [c for c in stage.checks if c.status in NOT_PASSED]
         for check in bad:
             if check.status == Status.inconclusive and stage.name != Stage.determinism:
@@ -326,6 +326,7 @@ def causes(report: BuildReport) -> list[Cause]:
                     status=Status.error.value,
                     job_id=job.id,
                     family=job.family,
+                    cell=job.cell,
                     reason=_cause_reason(job.reason, "error"),
                 )
             )

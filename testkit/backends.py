@@ -20,6 +20,8 @@ FRONTEND_INIT = (
     "def backend_version():\n"
     "    ctypes.CDLL('libcudnn.so.9')\n"
     "    return 92801\n"
+    "def backend_version_string():\n"
+    "    return str(backend_version())\n"
 )
 
 

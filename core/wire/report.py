@@ -83,6 +83,7 @@ class Cause(WireModel):
     stage: Stage | None = None
     job_id: int | None = None
     family: str | None = None
+    cell: str | None = None  # the GPU job's cell of the matrix (core/cells.py)
     subject: str | None = None
     reason: str = ""  # one line, bounded
     repro: str | None = None  # the one command that reproduces it, where there is one

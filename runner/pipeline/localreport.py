@@ -84,7 +84,7 @@ def print_cause(report: BuildReport) -> None:
     if report.causes:
         typer.echo(f"causes ({len(report.causes)}):")
     for c in report.causes:
-        where = ", ".join(x for x in (c.family, c.stage.value if c.stage else None) if x)
+        where = ", ".join(x for x in (c.cell or c.family, c.stage.value if c.stage else None) if x)
         typer.secho(f"  {c.status.upper():<12} {c.name}" + (f" ({where})" if where else ""))
         typer.echo(f"      {c.reason}")
         if c.repro:

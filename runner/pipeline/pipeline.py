@@ -36,7 +36,14 @@ from runner.envs import envs, host, layers
 from runner.isolation import candidate, jail, jobbox, redact, sandbox, stage_source, uids
 from runner.pipeline import install_stage, ledger
 from runner.pipeline.pipeline_options import Options
-from runner.pipeline.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
+from runner.pipeline.stage_results import (
+    Result,
+    accepted,
+    failed_stage,
+    libcudnn,
+    redacted,
+    stage_from_doc,
+)
 
 if TYPE_CHECKING:
     from runner.isolation.zygotes import Zygote
@@ -198,7 +205,7 @@ class Pipeline:
         env = doc.get("environment") or {}
         self.result.environment = self.result.environment.model_copy(
             update={k: env.get(k) for k in ("python", "torch", "cutlass_dsl", "cudnn_backend")}
-            | {"libcudnn": libcudnn(env)}
+            | {"libcudnn": libcudnn(env) or {"torch": [], "frontend": []}}
         )
         if result.version:
             result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
@@ -290,7 +297,8 @@ class Pipeline:
         env = doc.get("environment") or {}
         if env:
             update = {k: v for k, v in env.items() if k in Environment.model_fields and v}
-            update["libcudnn"] = libcudnn(env)
+            if seen := libcudnn(env):  # a stage that mapped none leaves the probe's word
+                update["libcudnn"] = seen
             self.result.environment = self.result.environment.model_copy(update=update)
         return result, numerics
 
@@ -386,12 +394,3 @@ class Pipeline:
         self.result.environment = self.result.environment.model_copy(
             update={"sandbox": said[: bounds.NAME_CHARS]}
         )
-
-
-def libcudnn(env: dict[str, Any]) -> dict[str, list[str]]:
-    """The stage's word on the libcudnn torch and the frontend loaded, as the wire bounds it (a
-    stage's document is the candidate's output: anything else is dropped)."""
-    try:
-        return Environment.model_validate({"libcudnn": env.get("libcudnn") or {}}).libcudnn
-    except ValueError:
-        return {}

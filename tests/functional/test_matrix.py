@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from core import gate
-from core.wire import BuildReport
+from core.verdict import judge_job
+from core.wire import BuildReport, Verdict
 from service.outbound import statuses
+from testkit.backends import FRONTEND_INIT, broken_backend_wheel
 from testkit.service import ROOT, Service, service_env
 from testkit.wheels import make_wheel
-from tests.helpers import register, report, submit_wheel
+from tests.helpers import register, report, submit_wheel, wait_for
 
 MATRIX = "cudnn=host,9.28.1"
 CELL = "sm_90-cudnn9.28.1"
@@ -65,7 +67,9 @@ def test_a_runner_of_the_previous_protocol_gets_its_familys_host_jobs_only(
     got = [(t["kind"], t["family"], t.get("cudnn")) for t in taken if t is not None]
     assert sorted(got, key=str) == sorted([("gpu", "sm_90", None), ("cpu", None, None)], key=str)
     assert taken[2] is None
-    cells_left = [j["cell"] for j in report(matrix_service, build_id)["jobs"] if j["status"] == "queued"]
+    cells_left = [
+        j["cell"] for j in report(matrix_service, build_id)["jobs"] if j["status"] == "queued"
+    ]
     assert cells_left == [CELL]
     # another family's runner and a runner narrowed to another backend take nothing of it
     assert _claim(register(matrix_service, "sm100", arch="sm_100", cudnn="*")) is None
@@ -114,3 +118,45 @@ def test_an_unknown_backend_is_refused_at_start_with_the_known_ones(tmp_path: Pa
     assert "unknown cuDNN backend(s) 9.99.1" in said
     assert "9.28.1" in said and "9.12.0" in said  # the known ones, listed
     assert not (data / "fe-ci.sqlite3").exists()
+
+
+def test_a_broken_backend_errs_its_cell_and_the_other_cells_finish(
+    make_service,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A real runner (labelled sm_90 on this CPU host) takes every job of a build on the matrix
+    ``host,9.28.1``; its wheelhouse holds a broken ``nvidia_cudnn_cu13-9.28.1...`` wheel, so the
+    9.28.1 cell ends ``error`` naming why, and the CPU job and the host cell finish as usual."""
+    svc = make_service(FE_CI_MATRIX=MATRIX, FE_CI_GPU_ARCHS="sm_90")
+    wheelhouse = tmp_path / "wheelhouse"
+    broken_backend_wheel(wheelhouse)
+    build_id = submit_wheel(svc, make_wheel(tmp_path, "1.32.0", FRONTEND_INIT))
+    runner = svc.start_runner(
+        tmp_path / "runner.log",
+        FE_CI_RUNNER_NAME="matrix-runner",
+        FE_CI_RUNNER_LABELS="arch=sm_90",
+        FE_CI_WHEELHOUSE=str(wheelhouse),
+    )
+    try:
+        done = wait_for(svc, build_id, lambda r: r["status"] == "finished", timeout=300)
+    finally:
+        runner.terminate()
+        runner.wait(timeout=60)
+    jobs = {j["cell"] or j["kind"]: j for j in done["jobs"]}
+    assert set(jobs) == {"cpu", "sm_90", CELL}
+    installs = {
+        name: next(s for s in job["stages"] if s["name"] == "install") for name, job in jobs.items()
+    }
+    assert installs["cpu"]["status"] == "pass" and installs["sm_90"]["status"] == "pass"
+    assert installs[CELL]["status"] == "error"
+    assert installs[CELL]["reason"].startswith(
+        "the cuDNN backend 9.28.1 (nvidia-cudnn-cu13==9.28.1.*) did not install"
+    )
+    assert all(j["status"] == "finished" for j in jobs.values())
+    assert jobs["sm_90"]["environment"]["cudnn_requested"] is None
+    assert jobs[CELL]["environment"]["cudnn_requested"] == "9.28.1"
+    parsed = BuildReport.model_validate(done)
+    by_cell = {j.cell: j for j in parsed.jobs if j.cell}
+    assert judge_job(parsed, by_cell[CELL]).verdict == Verdict.error  # its GitHub context's
+    assert judge_job(parsed, by_cell["sm_90"]).verdict != Verdict.error
+    assert [c.cell for c in parsed.causes if c.status == "error"] == [CELL]
