@@ -60,6 +60,7 @@ class JobReport(WireModel):
 class DriftReport(DriftRow):
     job_id: int | None = None
     family: str | None = None
+    cell: str | None = None  # the job's cell of the matrix (core/cells.py)
 
 
 class RefusalReport(RefusalRow):

@@ -54,6 +54,11 @@ def test_a_build_expands_into_a_gpu_job_per_cell(matrix_service: Service, wheel:
     with matrix_service.db() as db:
         rows = db.execute("SELECT kind, requires FROM jobs ORDER BY id").fetchall()
     assert rows == [("cpu", ""), ("gpu", "arch=sm_90"), ("gpu", "arch=sm_90,cudnn=9.28.1")]
+    # the build page shows a job per cell, each under its cell's name
+    with matrix_service.http(None) as http:
+        page = http.get(f"/builds/{build_id}").text
+    for job in jobs[1:]:
+        assert f'<h3 id="job-{job["id"]}">gpu job {job["id"]} ({job["cell"]})' in page
 
 
 def test_a_runner_of_the_previous_protocol_gets_its_familys_host_jobs_only(
