@@ -21,7 +21,6 @@ import statistics
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,15 +29,6 @@ sys.path.insert(0, str(ROOT))
 from runner.envs import backend, envs  # noqa: E402
 from runner.isolation import jail, jobbox  # noqa: E402
 from testkit.backends import backend_wheel  # noqa: E402
-
-
-def _pad(wheel: Path, mb: int) -> None:
-    if mb <= 0:
-        return
-    with zipfile.ZipFile(wheel, "a", zipfile.ZIP_STORED) as zf:
-        with zf.open("nvidia/cudnn/lib/libcudnn_pad.bin", "w", force_zip64=True) as fh:
-            for _ in range(mb):
-                fh.write(os.urandom(1 << 20))
 
 
 def _size(root: Path) -> int:
@@ -59,7 +49,7 @@ def main() -> None:
     wheelhouse = args.wheelhouse
     if wheelhouse is None:
         wheelhouse = base / "wheelhouse"
-        _pad(backend_wheel(wheelhouse), args.mb)
+        backend_wheel(wheelhouse, pad_mb=args.mb)
     wheel_bytes = sum(p.stat().st_size for p in wheelhouse.glob("*.whl"))
     built, reused, sizes = [], [], []
     try:

@@ -6,6 +6,7 @@ one. And a broken one: a wheel of that name that no installer accepts."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from testkit.wheels import metadata, wheel_bytes
@@ -25,8 +26,9 @@ FRONTEND_INIT = (
 )
 
 
-def backend_wheel(dest_dir: Path, version: str = "9.28.1.4") -> Path:
-    """An installable ``nvidia-cudnn-cu13`` wheel of ``version`` holding a loadable libcudnn."""
+def backend_wheel(dest_dir: Path, version: str = "9.28.1.4", *, pad_mb: int = 0) -> Path:
+    """An installable ``nvidia-cudnn-cu13`` wheel of ``version`` holding a loadable libcudnn
+    (and ``pad_mb`` MiB of incompressible bytes beside it, for a benchmark)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     info = f"{PACKAGE}-{version}.dist-info"
     members = {
@@ -35,6 +37,8 @@ def backend_wheel(dest_dir: Path, version: str = "9.28.1.4") -> Path:
         f"{info}/METADATA": metadata(version, name="nvidia-cudnn-cu13"),
         f"{info}/WHEEL": WHEEL,
     }
+    if pad_mb > 0:
+        members["nvidia/cudnn/lib/libcudnn_pad.bin"] = os.urandom(pad_mb << 20)
     path = dest_dir / f"{PACKAGE}-{version}-py3-none-any.whl"
     path.write_bytes(wheel_bytes(members, record=info))
     return path
