@@ -254,7 +254,10 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         )
     ).all()
     for job in overdue:
-        transitions.end(job, JobOutcome.skipped, f"skipped: no {job.family} runner", now)
+        backend = cells.parse_requires(job.requires).get(cells.CUDNN)
+        offering = f" offering cudnn={backend}" if backend else ""
+        reason = f"skipped: no {job.family} runner{offering}"
+        transitions.end(job, JobOutcome.skipped, reason, now)
         changed += 1
     if changed:
         session.flush()

@@ -165,3 +165,28 @@ def test_a_broken_backend_errs_its_cell_and_the_other_cells_finish(
     assert judge_job(parsed, by_cell[CELL]).verdict == Verdict.error  # its GitHub context's
     assert judge_job(parsed, by_cell["sm_90"]).verdict != Verdict.error
     assert [c.cell for c in parsed.causes if c.status == "error"] == [CELL]
+
+
+def test_trends_draw_a_series_per_cell(matrix_service: Service, wheel: Path) -> None:
+    """The control arm of both cells of sm_90, posted through the runner protocol, is drawn as
+    two series on /trends, one per cell, and the build page's drift rows name their cell."""
+    build_id = submit_wheel(matrix_service, wheel)
+    runner = register(matrix_service, "both", arch="sm_90", cudnn="*")
+    leases = [_claim(runner) for _ in range(3)]
+    gpu = [lease for lease in leases if lease is not None and lease["kind"] == "gpu"]
+    assert sorted(lease["cell"] for lease in gpu) == ["sm_90", CELL]
+    for lease, differing in zip(gpu, (3, 5), strict=True):
+        row = {"subject": "sdpa_bwd", "output": "dq", "arm": "control", "runs": 8}
+        row |= {"differing": differing, "distinct": 4, "max_abs_diff": 1e-3, "finite": True}
+        body = {
+            "lease_token": lease["lease_token"],
+            "result": {"name": "determinism", "status": "pass", "drift": [row]},
+        }
+        posted = runner.post(f"/api/jobs/{lease['job_id']}/stages", json=body)
+        assert posted.status_code == 201, posted.text
+    drift = report(matrix_service, build_id)["drift"]
+    assert sorted(d["cell"] for d in drift) == ["sm_90", CELL]
+    with matrix_service.http(None) as http:
+        page = http.get("/trends").text
+    assert f"build {build_id} sm_90: 3 of 8 runs differ" in page
+    assert f"build {build_id} {CELL}: 5 of 8 runs differ" in page
