@@ -82,6 +82,8 @@ def test_a_runner_of_the_previous_protocol_gets_its_familys_host_jobs_only(
     # a runner that offers the backend takes it, and the lease says which backend to load
     lease = _claim(register(matrix_service, "new", arch="sm_90", cudnn="9.26.0|9.28.1"))
     assert lease is not None and lease["cell"] == CELL and lease["cudnn"] == "9.28.1"
+    with matrix_service.http(None) as http:  # the grid says which cell runs where
+        assert f"gpu {CELL} job, attempt 1 on new" in http.get("/").text
 
 
 def test_the_gate_names_a_cell(make_service, wheel: Path) -> None:  # type: ignore[no-untyped-def]
