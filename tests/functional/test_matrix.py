@@ -192,3 +192,16 @@ def test_trends_draw_a_series_per_cell(matrix_service: Service, wheel: Path) -> 
         page = http.get("/trends").text
     assert f"build {build_id} sm_90: 3 of 8 runs differ" in page
     assert f"build {build_id} {CELL}: 5 of 8 runs differ" in page
+
+
+def test_a_cell_no_runner_offers_ends_skipped_saying_which_backend(
+    make_service, wheel: Path  # type: ignore[no-untyped-def]
+) -> None:
+    svc = make_service(FE_CI_MATRIX=MATRIX, FE_CI_GPU_ARCHS="sm_90", FE_CI_GPU_WAIT_HOURS="0")
+    build_id = submit_wheel(svc, wheel)
+    old = register(svc, "old-runner", arch="sm_90")
+    _claim(old)  # a claim sweeps first: both GPU jobs are past their wait of zero hours
+    jobs = {j["cell"]: j for j in report(svc, build_id)["jobs"] if j["cell"]}
+    assert jobs["sm_90"]["reason"] == "skipped: no sm_90 runner"  # as before the matrix
+    assert jobs[CELL]["reason"] == "skipped: no sm_90 runner offering cudnn=9.28.1"
+    assert jobs[CELL]["outcome"] == "skipped"
