@@ -195,7 +195,8 @@ def test_trends_draw_a_series_per_cell(matrix_service: Service, wheel: Path) -> 
 
 
 def test_a_cell_no_runner_offers_ends_skipped_saying_which_backend(
-    make_service, wheel: Path  # type: ignore[no-untyped-def]
+    make_service,
+    wheel: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     svc = make_service(FE_CI_MATRIX=MATRIX, FE_CI_GPU_ARCHS="sm_90", FE_CI_GPU_WAIT_HOURS="0")
     build_id = submit_wheel(svc, wheel)
