@@ -48,7 +48,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-_KEEP = {"FE_CI_WHEELHOUSE", "FE_CI_INDEX_URL"}
+_KEEP = {"FE_CI_WHEELHOUSE", "FE_CI_INDEX_URL", "FE_CI_MATRIX"}
 
 
 def gpu_family() -> str:

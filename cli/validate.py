@@ -21,7 +21,7 @@ from cli.common import (
     wheel_version,
 )
 from cli.configs import unknown_config
-from core import gate, history, remembered
+from core import cells, gate, history, remembered
 from core.subjects import SUBJECTS
 from core.verdict import EXIT_CODES
 from core.wire import BuildReport, Capability, RememberedConfig, Stage, StageResult
@@ -147,6 +147,14 @@ def validate(
             "a stage (probe, refusal, ...), a family's GPU job (sm_90, ...), a subject, or all",
         ),
     ] = None,
+    cudnn: Annotated[
+        str | None,
+        typer.Option(
+            "--cudnn",
+            metavar="VERSION",
+            help="run on this cuDNN backend (e.g. 9.28.1), installed as a layer, not the host's",
+        ),
+    ] = None,
 ) -> None:
     """Run the runner pipeline on WHEEL (or the preinstalled candidate), locally, no service.
 
@@ -162,6 +170,7 @@ def validate(
     selected = parse_stages(stages)
     required = _parse_require(require)
     chosen_subjects = _parse_subjects(subjects)
+    backend = _parse_cudnn(cudnn)
     if config is not None and (why := unknown_config(config, chosen_subjects or list(SUBJECTS))):
         raise fail(why)
     prev, remembered, prev_report = _load_previous(previous) if previous else (None, [], None)
@@ -193,6 +202,7 @@ def validate(
         subjects=chosen_subjects,
         pin_config=config,
         comparison=history.comparison_points(prev_report) if prev_report else [],
+        cudnn=backend,
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
     typer.echo(
@@ -204,7 +214,12 @@ def validate(
         if built is not None:  # the wheel came from the builder: its stage belongs to the report
             result.stages.insert(0, built)
         report = localreport.local_report(
-            result, wheel=wheel, family=family, version=version, require=required
+            result,
+            wheel=wheel,
+            family=family,
+            version=version,
+            require=required,
+            cudnn=backend,
         )
     finally:
         if work_dir is None:
@@ -223,3 +238,14 @@ def validate(
     if required is not None and report.gate is not None:
         raise typer.Exit(gate.EXIT_CODES[report.gate.conclusion])
     raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def _parse_cudnn(value: str | None) -> str | None:
+    """``--cudnn``: a known backend version (``host``: the host's own, as without it)."""
+    if value is None or value.strip() == cells.HOST:
+        return None
+    try:
+        cells.parse_matrix(f"{cells.CUDNN}={value.strip()}")
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    return value.strip()

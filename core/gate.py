@@ -8,8 +8,9 @@ choice, ``fe-ci validate --require`` or the service's ``FE_CI_REQUIRE``. The voc
   stage on every job that ran it, and the error findings that stage produces (``probe``: the
   ledger and the comparison with the line's previous build); ``determinism`` and ``numerics``
   also need every subject this build has to have been covered;
-- a family (``sm_80``, ``sm_90``, ``sm_100``): that family's GPU job, judged alone as GitHub's
-  per-job context is (its stages and the subjects of its family);
+- a cell (``sm_80``, ``sm_90``, ``sm_100``: a family on the host's cuDNN backend;
+  ``sm_90-cudnn9.28.1``: on a backend of the matrix, ``core/cells.py``): that cell's GPU job,
+  judged alone as GitHub's per-job context is (its stages and the subjects of its family);
 - a subject (``sdpa_bwd``, ...): its determinism and numerics checks on every job, and the error
   findings about it; a build without the subject's knob passes it (``not_applicable``).
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core import coverage, repro
+from core import cells, coverage, repro
 from core.subjects import FAMILIES, SUBJECTS
 from core.text import shorten
 from core.verdict import (
@@ -95,11 +96,11 @@ def parse_require(value: str | Iterable[str] | None) -> list[str]:
     items = value.split(",") if isinstance(value, str) else list(value or ())
     names = list(dict.fromkeys(n.strip() for n in items if n.strip()))
     vocabulary = known()
-    unknown = [n for n in names if n not in vocabulary]
+    unknown = [n for n in names if n not in vocabulary and not _known_cell(n)]
     if unknown:
         raise ValueError(
             f"unknown required check(s) {', '.join(unknown)}; known: {', '.join(vocabulary)} "
-            "(a stage, a GPU family, a subject, or all)"
+            "(a stage, a GPU family, a cell such as sm_90-cudnn9.28.1, a subject, or all)"
         )
     if not names or ALL in names:
         return [ALL]
@@ -142,7 +143,7 @@ def _of(judgement: Judgement) -> tuple[Conclusion, str]:
 def _requirement(report: BuildReport, name: str) -> tuple[Conclusion, str]:
     if name in SUBJECTS:
         return _subject(report, name)
-    if name in FAMILIES:
+    if name in FAMILIES or _known_cell(name):
         return _family(report, name)
     return _stage(report, Stage(name))
 
@@ -155,8 +156,18 @@ def awaits_reused(report: BuildReport, job: JobReport) -> str | None:
     return f"waiting for the refusal decisions of the cpu job (job {source.id})"
 
 
+def _known_cell(name: str) -> bool:
+    """A cell of a family there is on a backend the matrix knows."""
+    try:
+        cell = cells.Cell.parse(name)
+    except ValueError:
+        return False
+    return cell.family in FAMILIES and (cell.cudnn == cells.HOST or cells.is_known(cell.cudnn))
+
+
 def _family(report: BuildReport, family: str) -> tuple[Conclusion, str]:
-    jobs = [j for j in report.jobs if j.kind == JobKind.gpu and j.family == family]
+    """A cell's GPU job (``family``: a family's own name is its host-backend cell)."""
+    jobs = [j for j in report.jobs if j.kind == JobKind.gpu and j.cell_name == family]
     if not jobs:
         if report.verdict == Verdict.pending and any(j.status in OPEN_JOBS for j in report.jobs):
             return Conclusion.pending, f"no {family} job yet"

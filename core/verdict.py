@@ -220,7 +220,7 @@ def _verdict(report: BuildReport) -> Judgement:
             return Judgement(Verdict.incomplete, f"{stage.name}: {why}")
     for job in jobs:
         if job.outcome == JobOutcome.skipped:
-            return Judgement(Verdict.incomplete, f"{job.family or job.kind} job {job.reason}")
+            return Judgement(Verdict.incomplete, f"{job.cell_name or job.kind} job {job.reason}")
     if not stages:
         return Judgement(Verdict.incomplete, "no stage ran")
     return Judgement(Verdict.pass_, "everything applicable ran and passed")
@@ -257,7 +257,7 @@ def causes(report: BuildReport) -> list[Cause]:
     errored: list[Cause] = []
     unsure: list[Cause] = []
     for job, stage in _stages(report.jobs):
-        where = {"stage": stage.name, "job_id": job.id, "family": job.family}
+        where = {"stage": stage.name, "job_id": job.id, "family": job.family, "cell": job.cell}
         bad = [c for c in stage.checks if c.status in NOT_PASSED]
         for check in bad:
             if check.status == Status.inconclusive and stage.name != Stage.determinism:
@@ -313,10 +313,11 @@ def causes(report: BuildReport) -> list[Cause]:
             errored.append(
                 Cause(
                     kind="job",
-                    name=f"{job.family or job.kind.value} job",
+                    name=f"{job.cell_name or job.kind.value} job",
                     status=Status.error.value,
                     job_id=job.id,
                     family=job.family,
+                    cell=job.cell,
                     reason=_cause_reason(job.reason, "error"),
                 )
             )
@@ -355,7 +356,7 @@ def missed_stages(report: BuildReport) -> list[Missed]:
     """Stages skipped on a job, and jobs that ended skipped without a stage, with why."""
     out: list[Missed] = []
     for job in report.jobs:
-        label = f"{job.family or job.kind.value} job"
+        label = f"{job.cell_name or job.kind.value} job"
         for stage in job.stages:
             if stage.status == Status.skipped:
                 out.append(Missed(f"{stage.name.value} ({label})", stage.reason or "skipped"))

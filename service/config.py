@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core import bisection, gate, history
+from core import bisection, cells, gate, history
 from core.redaction import TOKENS_FILE, read_tokens
 from core.subjects import FAMILIES
 
@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     github_app_private_key: str | None = None  # the App's private key, PEM
     github_app_installation_id: int | None = None
     gpu_archs: Annotated[list[str], NoDecode] = ["auto"]
+    # the matrix each build's GPU work expands over (core/cells.py): ``cudnn=host,9.28.1`` makes one
+    # GPU job per family x backend; an unknown backend is refused here, at start
+    matrix: str = cells.DEFAULT_MATRIX
     gpu_wait_hours: float = Field(default=24.0, ge=0)
     lease_seconds: int = Field(default=120, ge=1)
     max_upload_mb: int = Field(default=1024, ge=1)
@@ -137,6 +140,16 @@ class Settings(BaseSettings):
         if not isinstance(value, str | list | tuple):
             raise ValueError("FE_CI_REQUIRE is a comma-separated list")
         return gate.parse_require(value)
+
+    @field_validator("matrix")
+    @classmethod
+    def _known_matrix(cls, value: str) -> str:
+        cells.parse_matrix(value)  # ValueError: the unknown axis or backend, the known ones listed
+        return value.strip() or cells.DEFAULT_MATRIX
+
+    @property
+    def matrix_axes(self) -> dict[str, tuple[str, ...]]:
+        return cells.parse_matrix(self.matrix)
 
     @field_validator("gpu_archs")
     @classmethod

@@ -115,6 +115,10 @@ class JobLease(WireModel):
     # the build's source is trusted (a commit of the configured repository, built by fe-ci's
     # own builder): the service decides; only then may its compiled kernels be shared by source
     trusted_source: bool = False
+    # a GPU job's cell (core/cells.py) and the cuDNN backend it runs on: None is the host's own;
+    # a version (``9.28.1``) is installed as a layer and loaded by the stages in its place
+    cell: str | None = None
+    cudnn: str | None = None
 
 
 class LeasedPost(WireModel):

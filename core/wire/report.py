@@ -35,6 +35,9 @@ class JobReport(WireModel):
     id: int | None = None
     kind: JobKind
     family: str | None = None
+    # a GPU job's cell of the matrix (core/cells.py): its family on the host's cuDNN backend has
+    # the family's name (``sm_90``), another backend adds it (``sm_90-cudnn9.28.1``)
+    cell: str | None = None
     runner: str | None = None
     attempt: int = 1
     status: JobState
@@ -48,10 +51,16 @@ class JobReport(WireModel):
     # decisions, the same as on a CPU): that job's id; its refusal stage says what they were
     refusal_from: int | None = None
 
+    @property
+    def cell_name(self) -> str | None:
+        """The name contexts and gate names key a GPU job by (its family's, before cells)."""
+        return self.cell or self.family
+
 
 class DriftReport(DriftRow):
     job_id: int | None = None
     family: str | None = None
+    cell: str | None = None  # the job's cell of the matrix (core/cells.py)
 
 
 class RefusalReport(RefusalRow):
@@ -75,6 +84,7 @@ class Cause(WireModel):
     stage: Stage | None = None
     job_id: int | None = None
     family: str | None = None
+    cell: str | None = None  # the GPU job's cell of the matrix (core/cells.py)
     subject: str | None = None
     reason: str = ""  # one line, bounded
     repro: str | None = None  # the one command that reproduces it, where there is one

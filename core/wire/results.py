@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import Field
 
 from core import bounds
-from core.bounds import Count, JsonObject, Name, Short, Text
+from core.bounds import Count, JsonObject, Name, Short, Text, Word
 from core.wire.vocabulary import Severity, Stage, Status, WireModel
 
 
@@ -136,3 +136,9 @@ class Environment(WireModel):
     cudnn_backend: Short | None = None
     cutlass_dsl: Name | None = None
     sandbox: Name = "none"
+    # the cuDNN backend the job asked for (a layer's version; None: the host's), and which
+    # libcudnn each of torch and the frontend had loaded in the stage process (/proc/self/maps)
+    cudnn_requested: Short | None = None
+    libcudnn: dict[Word, Annotated[list[Name], Field(max_length=8)]] = Field(
+        default_factory=dict, max_length=4
+    )

@@ -62,6 +62,7 @@ class JobRunner:
             subjects=lease.subjects,
             comparison=list(lease.comparison),
             trusted_source=lease.trusted_source,
+            cudnn=lease.cudnn if lease.kind == "gpu" else None,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

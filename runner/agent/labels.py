@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from core import cells
 from core.subjects import family_of
 
 
@@ -40,8 +41,10 @@ def detect_gpu() -> dict[str, str]:
 
 
 def host_labels(override: dict[str, str] | None) -> dict[str, str]:
-    """``FE_CI_RUNNER_LABELS`` overrides detection key by key."""
-    labels = detect_gpu()
+    """``FE_CI_RUNNER_LABELS`` overrides detection key by key. A runner installs any cuDNN
+    backend a job asks for (``runner/envs/backend.py``), so it offers ``cudnn=*``; a label of
+    its own (``cudnn=9.28.1|9.26.0``, or ``cudnn=host`` for none) narrows that."""
+    labels = {cells.CUDNN: cells.ANY_VALUE, **detect_gpu()}
     if override:
         labels.update(override)
     return labels

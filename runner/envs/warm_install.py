@@ -29,12 +29,15 @@ def ensure_layer(
     wheelhouse: Path | None = None,
     installer: str | None = None,
     job: JobBox | None = None,
+    check_torch: bool = True,
 ) -> layers.Layer | None:
     """The dependency layer of ``meta``'s resolved dependency set: reused, or built once (by the
     installer in ``job``'s sandbox; without a job, in one of its own).
 
     None when the candidate declares nothing to install. Raises ``LayerError`` (with the
-    resolver's message) when the layer cannot be built, or must not be used.
+    resolver's message) when the layer cannot be built, or must not be used. ``check_torch``
+    False: the host torch's own requirements are not held against the layer (a cuDNN backend
+    layer replaces the backend torch pins, ``runner/envs/backend.py``).
     """
     torch = host.host_torch()
     spec = layers.layer_spec(
@@ -56,10 +59,14 @@ def ensure_layer(
         if found is not None:
             return found
         if job is not None:
-            return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch, job)
+            return _build_layer(
+                spec, root, timeout_s, index_url, wheelhouse, torch, job, check_torch
+            )
         with jobbox.temporary(layers_dir / f".job-{spec.key}-{os.getpid()}") as own:
             try:
-                return _build_layer(spec, root, timeout_s, index_url, wheelhouse, torch, own)
+                return _build_layer(
+                    spec, root, timeout_s, index_url, wheelhouse, torch, own, check_torch
+                )
             finally:
                 shutil.rmtree(own.work, ignore_errors=True)
 
@@ -72,6 +79,7 @@ def _build_layer(
     wheelhouse: Path | None,
     torch: host.HostTorch | None,
     job: JobBox,
+    check_torch: bool = True,
 ) -> layers.Layer:
     start = time.monotonic()
     for stale in root.parent.glob(f".build-{spec.key}-*"):  # a runner that died mid-build
@@ -118,7 +126,7 @@ def _build_layer(
         problems = layers.check_env(
             env.python,
             [("the candidate", list(spec.requirements), set())],
-            [*dists, "torch"],
+            [*dists, "torch"] if check_torch else dists,
             box=job.box(ro=(tmp,)),
         )
         if problems:

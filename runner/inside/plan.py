@@ -17,6 +17,7 @@ import torch
 from core import harness
 from core.comparable import pick_start_configs
 from core.subjects import SUBJECTS, backend_too_old
+from runner.inside import loaded
 from runner.inside.measure import Settings
 from runner.inside.subjects.base import knob_present
 
@@ -124,6 +125,7 @@ def environment(device: torch.device | None) -> dict[str, Any]:
     if device is not None:
         major, minor = torch.cuda.get_device_capability(device)
         env.update(gpu=torch.cuda.get_device_name(device), arch=f"sm_{major}{minor}")
+    before = loaded.loaded_libcudnn()  # torch's, loaded with it
     try:
         import cudnn
 
@@ -131,4 +133,5 @@ def environment(device: torch.device | None) -> dict[str, Any]:
     except Exception:  # the backend version is informative; its absence is not a failure
         version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         env["cudnn_backend"] = str(version) if version else None
+    env["libcudnn"] = loaded.by_loader(before, loaded.loaded_libcudnn())
     return env

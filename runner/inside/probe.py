@@ -30,7 +30,7 @@ from typing import Any
 
 from core.kinds import FindingKind
 from core.subjects import FEATURES, SUBJECTS, Feature, Subject
-from runner.inside import _io, discovery
+from runner.inside import _io, discovery, loaded
 from runner.inside.documents import CheckDoc, ErrorDoc, FindingDoc, ProbeDoc
 from runner.inside.introspect import Absent, ImportFailed, describe, read_parameters, resolve
 
@@ -201,6 +201,7 @@ def _dist_version(*names: str) -> str | None:
 def environment(cudnn: Any | None) -> tuple[dict[str, Any], list[str]]:
     unread: list[str] = []
     backend: str | None = None
+    before = loaded.loaded_libcudnn()
     if cudnn is not None:
         try:  # loads libcudnn: absent on a CPU-only host
             backend = str(cudnn.backend_version())
@@ -211,6 +212,7 @@ def environment(cudnn: Any | None) -> tuple[dict[str, Any], list[str]]:
         "torch": _dist_version("torch"),  # read from metadata: importing torch is not needed
         "cutlass_dsl": _dist_version("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base"),
         "cudnn_backend": backend,
+        "libcudnn": loaded.by_loader(before, loaded.loaded_libcudnn()),
     }
     return env, unread
 

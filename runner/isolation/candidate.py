@@ -52,16 +52,18 @@ def run_stage(
     cancel: threading.Event | None,
     rw: tuple[Path, ...] = (),
     ro: tuple[Path, ...] = (),
+    lib_dirs: tuple[Path, ...] = (),
 ) -> tuple[sandbox.Outcome, Path]:
     """Run ``stage`` on ``params`` in the candidate's environment, in the job's sandbox: (its
     outcome, its document's path). ``zygote``, where one may serve, forks it warm; otherwise a
-    fresh interpreter. ``rw``: what else the stage writes (its compile-cache directory)."""
+    fresh interpreter. ``rw``: what else the stage writes (its compile-cache directory);
+    ``lib_dirs``: put first on ``LD_LIBRARY_PATH`` (a cuDNN backend layer's library)."""
     params_path = job.work / "params" / f"{stage}.json"
     out_path = job.own / f"{stage}.result.json"
     params_path.write_text(json.dumps(params, default=str))
     if why := stage_source.clear(out_path):  # what an earlier stage of the candidate left there
         return sandbox.Outcome("refused", None, None, 0.0, "", why), out_path
-    env = stage_environ(stage, job.home, python, src)
+    env = stage_environ(stage, job.home, python, src, lib_dirs)
     argv = ["--in", str(params_path), "--out", str(out_path)]
     log_path = job.work / "logs" / f"{stage}.log"
     outcome = None
@@ -91,12 +93,19 @@ def run_stage(
     return outcome, out_path
 
 
-def stage_environ(stage: Stage, home: Path, python: Path, src: Path) -> dict[str, str]:
-    """The whole environment of a stage: the allowlist's, the probe without a GPU."""
+def stage_environ(
+    stage: Stage, home: Path, python: Path, src: Path, lib_dirs: tuple[Path, ...] = ()
+) -> dict[str, str]:
+    """The whole environment of a stage: the allowlist's, the probe without a GPU, and
+    ``lib_dirs`` first on ``LD_LIBRARY_PATH``."""
     chosen = {"CUDA_VISIBLE_DEVICES": ""} if stage == Stage.probe else {}
-    return allowlist.candidate_environ(
+    env = allowlist.candidate_environ(
         "stage", home=home, path=[python.parent], pythonpath=src, chosen=chosen
     )
+    if lib_dirs:
+        inherited = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([*(str(d) for d in lib_dirs), *inherited])
+    return env
 
 
 def read_doc(stage: Stage, path: Path) -> tuple[dict[str, Any], str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.wire import Stage, StageResult, Status
-from runner.envs import envs, layers, warm_install
+from runner.envs import backend, envs, layers, warm_install
 from runner.isolation.jobbox import JobBox
 from runner.pipeline.pipeline_options import Options
 from runner.pipeline.stage_results import failed_stage
@@ -150,3 +150,59 @@ def _install_warm(
     if warm.layer.built_s is None:
         return f"{how}; dependency layer {key} reused", warm.layer, ""
     return f"{how}; dependency layer {key} built in {warm.layer.built_s:.1f} s", warm.layer, ""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The cuDNN backend layer a job's stages load, and what the install stage says of it."""
+
+    layer: layers.Layer
+    lib_dirs: tuple[Path, ...]
+    said: str
+
+
+def install_backend(
+    opts: Options, done: Installed, job: JobBox
+) -> tuple[Installed, Backend | None]:
+    """The job's cuDNN backend (``opts.cudnn``) as a layer, after the candidate installed: reused
+    when the host has it, else built once. A wheel that does not install ends the install stage
+    ``error`` with the installer's reason (the cell errs; the build's other cells go on)."""
+    if opts.cudnn is None or done.result.status not in (Status.pass_, Status.not_applicable):
+        return done, None
+    start = time.monotonic()
+    req = backend.requirement(opts.cudnn)
+    try:
+        layer = backend.ensure(
+            opts.cudnn,
+            layers_dir=opts.layers_dir or opts.work_dir / "layers",
+            timeout_s=opts.install_timeout_s,
+            index_url=opts.index_url,
+            wheelhouse=opts.wheelhouse,
+            job=job,
+        )
+    except layers.LayerError as exc:
+        why = (_PIP_ERROR.findall(str(exc)) or [str(exc).splitlines()[0]])[-1]
+        log.warning("event=backend_unusable cudnn=%s error=%s", opts.cudnn, why)
+        result = StageResult(
+            name=Stage.install,
+            status=Status.error,
+            reason=f"the cuDNN backend {opts.cudnn} ({req}) did not install: {why}",
+            duration_s=done.result.duration_s + time.monotonic() - start,
+            version=done.result.version,
+            log_tail=str(exc)[-4000:],
+        )
+        return Installed(result, done.python, done.layer, done.warm), None
+    site = (
+        None if opts.preinstalled else envs.CandidateEnv(done.python.parent.parent).site_packages()
+    )
+    backend.attach(site, layer)
+    how = "reused" if layer.built_s is None else f"built in {layer.built_s:.1f} s"
+    said = f"cuDNN backend {opts.cudnn}: {req}, layer {layer.spec.key} {how}"
+    result = done.result.model_copy(
+        update={
+            "reason": f"{done.result.reason}; {said}",
+            "duration_s": done.result.duration_s + time.monotonic() - start,
+        }
+    )
+    dirs = tuple(backend.lib_dirs(layer))
+    return Installed(result, done.python, done.layer, done.warm), Backend(layer, dirs, said)

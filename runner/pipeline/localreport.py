@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from core import assemble as assembler
-from core import gate, notrun
+from core import cells, gate, notrun
 from core.verdict import missed_stages
 from core.wire import (
     BuildReport,
@@ -34,11 +34,13 @@ def local_report(
     family: str | None,
     version: str | None,
     require: list[str] | None = None,
+    cudnn: str | None = None,
 ) -> BuildReport:
     job = JobReport(
         id=None,
         kind=JobKind.gpu if family else JobKind.cpu,
         family=family,
+        cell=cells.Cell(family, cudnn or cells.HOST).name if family else None,
         runner="local",
         status=JobState.finished,
         outcome=JobOutcome.ran,
@@ -83,7 +85,7 @@ def print_cause(report: BuildReport) -> None:
     if report.causes:
         typer.echo(f"causes ({len(report.causes)}):")
     for c in report.causes:
-        where = ", ".join(x for x in (c.family, c.stage.value if c.stage else None) if x)
+        where = ", ".join(x for x in (c.cell or c.family, c.stage.value if c.stage else None) if x)
         typer.secho(f"  {c.status.upper():<12} {c.name}" + (f" ({where})" if where else ""))
         typer.echo(f"      {c.reason}")
         if c.repro:

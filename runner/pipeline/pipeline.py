@@ -36,7 +36,14 @@ from runner.envs import envs, host, layers
 from runner.isolation import candidate, jail, jobbox, redact, sandbox, stage_source, uids
 from runner.pipeline import install_stage, ledger
 from runner.pipeline.pipeline_options import Options
-from runner.pipeline.stage_results import Result, accepted, failed_stage, redacted, stage_from_doc
+from runner.pipeline.stage_results import (
+    Result,
+    accepted,
+    failed_stage,
+    libcudnn,
+    redacted,
+    stage_from_doc,
+)
 
 if TYPE_CHECKING:
     from runner.isolation.zygotes import Zygote
@@ -73,6 +80,7 @@ class Pipeline:
         self._job: jobbox.JobBox | None = None
         self._held = contextlib.ExitStack()  # the job's uid, while the run lasts
         self._warm_stages: list[Stage] = []  # forked from a warm worker, as its uid
+        self._backend: install_stage.Backend | None = None  # the job's cuDNN backend layer
 
     # ------------------------------------------------------------------ plumbing
 
@@ -96,6 +104,8 @@ class Pipeline:
         """What a stage reads outside the job's directory: the layer, a registry extension, an
         interpreter of the user's (``--preinstalled``)."""
         out = [self._layer.root] if self._layer is not None else []
+        if self._backend is not None:
+            out.append(self._backend.layer.root)
         if extra := os.environ.get(subjects.EXTRA_SUBJECTS_ENV):
             out.append(subjects.extra_home(extra))
         if self.opts.preinstalled:
@@ -129,6 +139,7 @@ class Pipeline:
             cancel=self.cancel,
             rw=rw,
             ro=self._reads(),
+            lib_dirs=self._backend.lib_dirs if self._backend else (),
         )
         if outcome.warm and stage not in self._warm_stages:
             self._warm_stages.append(stage)
@@ -167,8 +178,8 @@ class Pipeline:
         refusal decisions of a job with no GPU family) of a build installed on the warm path, on
         its layer or, declaring no dependencies, on none."""
         o = self.opts
-        if o.zygotes is None or not self._warm:
-            return None
+        if o.zygotes is None or not self._warm or o.cudnn is not None:
+            return None  # a backend of the matrix is loaded by a fresh process only
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
         return o.zygotes.get(self._layer)
@@ -177,6 +188,7 @@ class Pipeline:
 
     def install(self, wheel: Path | None) -> StageResult:
         done = install_stage.install(self.opts, wheel, self.python, self.job())
+        done, self._backend = install_stage.install_backend(self.opts, done, self.job())
         self.python, self._layer, self._warm = done.python, done.layer, done.warm
         return done.result
 
@@ -193,6 +205,7 @@ class Pipeline:
         env = doc.get("environment") or {}
         self.result.environment = self.result.environment.model_copy(
             update={k: env.get(k) for k in ("python", "torch", "cutlass_dsl", "cudnn_backend")}
+            | {"libcudnn": libcudnn(env) or {"torch": [], "frontend": []}}
         )
         if result.version:
             result.findings += ledger.ledger_findings(result.version, doc.get("features") or {})
@@ -283,9 +296,10 @@ class Pipeline:
         self.result.chosen_configs.update(doc.get("chosen_configs") or {})
         env = doc.get("environment") or {}
         if env:
-            self.result.environment = self.result.environment.model_copy(
-                update={k: v for k, v in env.items() if k in Environment.model_fields and v}
-            )
+            update = {k: v for k, v in env.items() if k in Environment.model_fields and v}
+            if seen := libcudnn(env):  # a stage that mapped none leaves the probe's word
+                update["libcudnn"] = seen
+            self.result.environment = self.result.environment.model_copy(update=update)
         return result, numerics
 
     def refusal(self) -> StageResult:
@@ -308,7 +322,11 @@ class Pipeline:
         o = self.opts
         o.work_dir.mkdir(parents=True, exist_ok=True)
         self.result.environment = Environment(
-            python=None, gpu=o.gpu, arch=o.family, sandbox=sandbox.isolation()
+            python=None,
+            gpu=o.gpu,
+            arch=o.family,
+            sandbox=sandbox.isolation(),
+            cudnn_requested=o.cudnn,
         )
         selected = [s for s in STAGE_ORDER if s in o.stages and s != Stage.build]
         if Stage.build in o.stages:

@@ -33,6 +33,9 @@ class Options:
     control_share: float = harness.CONTROL_SHARE
     negative_control: bool = False
     family: str | None = None
+    # the cuDNN backend the stages load (a version, installed as a layer: runner/envs/backend.py);
+    # None: the host's own
+    cudnn: str | None = None
     gpu: str | None = None
     start_configs: dict[str, str] = field(default_factory=dict)  # {subject: config}, as given
     # configs earlier builds chose (a lease's, or --previous's); the stage keeps its host's

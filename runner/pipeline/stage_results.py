@@ -122,3 +122,14 @@ def redacted(result: StageResult, secrets: tuple[str, ...]) -> StageResult:
     if not secrets:
         return result
     return StageResult.model_validate(redact.redact(result.model_dump(mode="json"), secrets))
+
+
+def libcudnn(env: dict[str, Any]) -> dict[str, list[str]]:
+    """The stage's word on the libcudnn torch and the frontend loaded, as the wire bounds it (a
+    stage's document is the candidate's output: anything else is dropped). Empty where the
+    stage saw no libcudnn mapped at all."""
+    try:
+        said = Environment.model_validate({"libcudnn": env.get("libcudnn") or {}}).libcudnn
+    except ValueError:
+        return {}
+    return said if any(said.values()) else {}

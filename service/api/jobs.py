@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
+from core import cells
 from core.bounds import undeclared_configs
 from core.redaction import redact_text
 from core.wire import (
@@ -94,6 +95,8 @@ def _lease(
         subjects=job.subjects,
         comparison=comparison,
         trusted_source=trust.trusted_source(session, build, request.app.state.settings.repo_url),
+        cell=job.cell,
+        cudnn=cells.parse_requires(job.requires).get(cells.CUDNN),
     )
 
 

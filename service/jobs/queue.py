@@ -8,9 +8,10 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, case, delete, false, or_, select, true, update
+from sqlalchemy import Select, case, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from core import cells
 from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobOutcome, JobState, Stage
 from service.config import Settings
@@ -50,6 +51,18 @@ def gpu_families(session: Session, settings: Settings, now: datetime) -> list[st
     return sorted({f for f in settings.gpu_archs if f != "auto"})
 
 
+def matrix_cells(
+    families: list[str],
+    settings: Settings,
+    only: tuple[list[Stage], str | None, list[str] | None] | None = None,
+) -> list[cells.Cell]:
+    """The cells a build's GPU work covers: each family x each backend of ``FE_CI_MATRIX``; a
+    job of ``only`` (a bisection step) names one cell, its family's name or a cell's."""
+    if only is not None:
+        return [cells.Cell.parse(f) for f in families]
+    return cells.expand(families, settings.matrix_axes)
+
+
 def create_jobs(
     session: Session,
     build: Build,
@@ -70,20 +83,25 @@ def create_jobs(
     if build.source == "commit" and build.sha256 is None:
         reuse_artifact(session, build)
     if build.source == "commit" and build.sha256 is None:
-        jobs.append(Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued))
+        builder = cells.requires_text({cells.BUILDER: ""})
+        jobs.append(
+            Job(kind=JobKind.build, stages=[Stage.build], state=JobState.queued, requires=builder)
+        )
         first_state = JobState.waiting
     stages, only_family, subjects = only if only is not None else (list(CPU_STAGES), None, None)
     if only is None or only_family is None:
         jobs.append(Job(kind=JobKind.cpu, stages=list(stages), state=first_state))
     deadline = transitions.gpu_wait_deadline(settings, now)
     families = gpu_families(session, settings, now) if only is None else [only_family]
-    for family in (f for f in families if f):
+    for cell in matrix_cells([f for f in families if f], settings, only):
         if only is None:  # refusal where the family changes it (service/jobs/refusal_reuse.py)
-            stages = gpu_stages(GPU_STAGES, family, has_cpu_job=True)
+            stages = gpu_stages(GPU_STAGES, cell.family, has_cpu_job=True)
         jobs.append(
             Job(
                 kind=JobKind.gpu,
-                family=family,
+                family=cell.family,
+                cell=cell.name,
+                requires=cells.requires_text(cell.requirements),
                 stages=list(stages),
                 subjects=subjects,
                 state=first_state,
@@ -236,7 +254,10 @@ def sweep(session: Session, now: datetime | None = None) -> int:
         )
     ).all()
     for job in overdue:
-        transitions.end(job, JobOutcome.skipped, f"skipped: no {job.family} runner", now)
+        backend = cells.parse_requires(job.requires).get(cells.CUDNN)
+        offering = f" offering cudnn={backend}" if backend else ""
+        reason = f"skipped: no {job.family} runner{offering}"
+        transitions.end(job, JobOutcome.skipped, reason, now)
         changed += 1
     if changed:
         session.flush()
@@ -245,16 +266,20 @@ def sweep(session: Session, now: datetime | None = None) -> int:
     return changed
 
 
+def claimable(session: Session, runner: Runner) -> list[str]:
+    """The requirements of queued jobs that this runner's labels satisfy (``core.cells``): a
+    handful of distinct texts however long the queue, matched here rather than in SQL."""
+    queued = session.scalars(select(Job.requires).where(Job.state == JobState.queued).distinct())
+    labels = runner.labels or {}
+    return [r for r in queued if cells.satisfied(cells.parse_requires(r), labels)]
+
+
 def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, str] | None:
     """Lease the oldest job this runner can take, in one UPDATE so racing runners never share."""
     now = utcnow()
-    matches = or_(
-        Job.kind == JobKind.cpu,
-        and_(Job.kind == JobKind.gpu, Job.family == runner.family) if runner.family else false(),
-        and_(Job.kind == JobKind.build, true() if runner.builder else false()),
-    )
+    matches = Job.requires.in_(claimable(session, runner))
     # A GPU runner prefers the work only it can do.
-    preference = case((Job.kind == JobKind.cpu, 1), else_=0)
+    preference = case((Job.requires == "", 1), else_=0)
     pick = (
         select(Job.id)
         .where(Job.state == JobState.queued, matches)

@@ -121,6 +121,8 @@ def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> B
             fresh = Job(
                 kind=old.kind,
                 family=old.family,
+                cell=old.cell,
+                requires=old.requires,
                 stages=list(old.stages),
                 subjects=old.subjects,
                 state=JobState.queued,

@@ -85,12 +85,17 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state_kind", "state", "kind"),  # the queue's claim
         Index("ix_jobs_state_runner_id", "state", "runner_id"),  # each runner's leased jobs
+        Index("ix_jobs_state_requires", "state", "requires"),  # which requirements are queued
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     build_id: Mapped[int] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(String(8))  # "build" | "cpu" | "gpu"
     family: Mapped[str | None] = mapped_column(String(16))
+    # what a runner's labels must satisfy (core/cells.py: canonical ``arch=sm_90,cudnn=9.28.1``)
+    requires: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    # a GPU job's cell of the matrix (core.cells.Cell.name: ``sm_90``, ``sm_90-cudnn9.28.1``)
+    cell: Mapped[str | None] = mapped_column(String(48))
     stages: Mapped[list[str]] = mapped_column(JSON, default=list)
     subjects: Mapped[list[str] | None] = mapped_column(JSON)  # None: every subject
     state: Mapped[str] = mapped_column(String(16), default="queued")

@@ -114,7 +114,7 @@ def gate_description(report: BuildReport) -> str:
 
 def context(job: JobReport) -> str:
     if job.kind == JobKind.gpu:
-        return f"fe-ci/{job.family}"
+        return f"fe-ci/{job.cell_name}"
     return "fe-ci/probe" if job.kind == JobKind.cpu else "fe-ci/build"
 
 
@@ -189,6 +189,8 @@ def job_status(report: BuildReport, job: JobReport, public_url: str) -> CommitSt
     if job.status == JobState.queued:
         if job.family:
             text = f"waiting for an {job.family} runner"
+            if job.cell_name != job.family:
+                text += f" for {job.cell_name}"
         else:
             text = f"queued: {job.waiting}" if job.waiting else "queued"
         return status("pending", text, "queued")

@@ -145,6 +145,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             id=j.id,
             kind=JobKind(j.kind),
             family=j.family,
+            cell=j.cell,
             runner=j.runner.name if j.runner else None,
             attempt=j.attempt,
             status=JobState(j.state),
@@ -183,6 +184,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
 def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler.Reported:
     """The build's rows as the wire's models, in the order they were stored."""
     families = {j.id: j.family for j in jobs}
+    cells = {j.id: j.cell for j in jobs}
     return assembler.Reported(
         findings=[
             (
@@ -199,7 +201,14 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
         ],
         capabilities=capabilities_of(_rows(session, CapabilityRow, build_id)),
         drift=[
-            stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
+            stored(
+                DriftReport,
+                **{
+                    **_columns(d),
+                    "family": families.get(d.job_id or 0),
+                    "cell": cells.get(d.job_id or 0),
+                },
+            )
             for d in _rows(session, StoredDriftRow, build_id)
         ],
         refusal=[

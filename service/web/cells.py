@@ -72,10 +72,12 @@ class JobView:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     rows: dict[str, StageView] = field(default_factory=dict)
+    cell: str | None = None  # a GPU job's cell of the matrix (core/cells.py)
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.family}" if self.family else str(self.kind)
+        where = self.cell or self.family
+        return f"{self.kind} {where}" if where else str(self.kind)
 
 
 @dataclass

@@ -100,12 +100,16 @@ def load_jobs(session: Session, build_ids: list[int]) -> dict[int, list[JobView]
             Runner.name,
             Job.started_at,
             Job.finished_at,
+            Job.cell,
         )
         .outerjoin(Runner, Runner.id == Job.runner_id)
         .where(Job.build_id.in_(build_ids))
         .order_by(Job.id)
     )
-    jobs = {row[0]: JobView(*row) for row in session.execute(stmt)}
+    jobs: dict[int, JobView] = {}
+    for *view, cell in session.execute(stmt):
+        jobs[view[0]] = JobView(*view)
+        jobs[view[0]].cell = cell
     if jobs:
         stages = select(
             StageRow.job_id,

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from core import cells
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import NOT_RUN
 from core.wire import STAGE_ORDER, Stage
@@ -141,26 +142,31 @@ def recent_builds(session: Session, limit: int) -> list[int]:
     return sorted(ids)
 
 
+def _colour(cell: str | None) -> str:
+    """A cell's colour is its family's (``core.cells``: ``sm_90-cudnn9.28.1`` is sm_90's)."""
+    return FAMILY_COLOURS.get(cells.family_of(cell), "#556070")
+
+
 def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
     chart = Chart(f"{subject}: control arm (knob off), differing / runs", builds, 1.0, "share")
+    cell = func.coalesce(Job.cell, StoredDriftRow.family)  # a series per cell of the matrix
     stmt = (
         select(
             StoredDriftRow.build_id,
-            StoredDriftRow.family,
+            cell,
             func.max(StoredDriftRow.differing * 1.0 / StoredDriftRow.runs),
             func.max(StoredDriftRow.runs),
             func.max(StoredDriftRow.differing),
         )
+        .outerjoin(Job, Job.id == StoredDriftRow.job_id)
         .where(StoredDriftRow.subject == subject, StoredDriftRow.arm == "control")
         .where(StoredDriftRow.build_id.in_(builds), StoredDriftRow.runs > 0)
-        .group_by(StoredDriftRow.build_id, StoredDriftRow.family)
+        .group_by(StoredDriftRow.build_id, cell)
         .order_by(StoredDriftRow.build_id)
     )
     by_family: dict[str | None, Series] = {}
     for build_id, family, share, runs, differing in session.execute(stmt):
-        series = by_family.setdefault(
-            family, Series(family or "?", FAMILY_COLOURS.get(family, "#556070"))
-        )
+        series = by_family.setdefault(family, Series(family or "?", _colour(family)))
         title = f"build {build_id} {family}: {differing} of {runs} runs differ ({share:.0%})"
         series.points.append(Point(chart.x(build_id), chart.y(float(share)), title))
     chart.series = [by_family[f] for f in sorted(by_family, key=str)]
@@ -168,9 +174,10 @@ def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
 
 
 def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Chart:
-    """One row of marks per family: the ``<subject>.deterministic`` check's status per build."""
+    """One row of marks per cell (a family on a cuDNN backend): the ``<subject>.deterministic``
+    check's status per build."""
     stmt = (
-        select(Job.build_id, Job.family, CheckRow.status, CheckRow.detail)
+        select(Job.build_id, func.coalesce(Job.cell, Job.family), CheckRow.status, CheckRow.detail)
         .join(StageRow, StageRow.id == CheckRow.stage_id)
         .join(Job, Job.id == StageRow.job_id)
         .where(Job.build_id.in_(builds), StageRow.name == Stage.determinism)
@@ -207,13 +214,14 @@ def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
     stmt = (
         select(
             DeterminismRecord.build_id,
-            DeterminismRecord.family,
+            func.coalesce(Job.cell, DeterminismRecord.family),
             DeterminismRecord.cost_ratio,
             DeterminismRecord.config,
             DeterminismRecord.timer,
             ComparisonPin.series,
         )
         .outerjoin(ComparisonPin, ComparisonPin.id == DeterminismRecord.pin_id)
+        .outerjoin(Job, Job.id == DeterminismRecord.job_id)
         .where(DeterminismRecord.subject == subject, DeterminismRecord.build_id.in_(builds))
         .where(DeterminismRecord.cost_ratio.is_not(None))
         .where(DeterminismRecord.copied.is_(False))  # a rerun's copy: drawn once, at its build
@@ -226,9 +234,7 @@ def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
     by_series: dict[tuple[str, int], Series] = {}
     for build_id, family, ratio, config, timer, number in found:
         label = f"{family or '?'} series {number} at {config}" if number else family or "?"
-        series = by_series.setdefault(
-            (str(family), number or 0), Series(label, FAMILY_COLOURS.get(family, "#556070"))
-        )
+        series = by_series.setdefault((str(family), number or 0), Series(label, _colour(family)))
         title = f"build {build_id} {family} at {config}: {ratio:.2f}x ({timer})"
         series.points.append(Point(chart.x(build_id), chart.y(ratio), title))
     chart.series = [by_series[k] for k in sorted(by_series)]

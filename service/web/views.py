@@ -162,7 +162,7 @@ def read_build_page(
         r.name: r.labels for r in session.scalars(select(Runner).where(Runner.name.in_(names)))
     }
     snapshot = live.snapshot(session, settings, build_id, now)
-    job_labels = {j.id: f"{j.family or j.kind.value} job {j.id}" for j in report.jobs if j.id}
+    job_labels = {j.id: f"{j.cell_name or j.kind.value} job {j.id}" for j in report.jobs if j.id}
     refusal = _refusal_matrices(report.refusal, job_labels)
     for m in refusal:  # a GPU job that reused a job's decisions is named beside that job's
         m.labels += [

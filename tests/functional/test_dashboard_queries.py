@@ -95,13 +95,15 @@ def test_trends_reads_each_subjects_control_arm_by_the_shown_builds(
             trends.control_chart(session, name, ids)
 
     found = plans(engine, read)
-    control = [steps for sql, steps in found if "FROM drift WHERE" in sql]
+    # each row's cell of the matrix from its job, found by the job's key
+    control = [steps for sql, steps in found if "FROM drift LEFT OUTER JOIN jobs" in sql]
     assert len(control) == len(SUBJECTS), found
     for steps in control:
         assert any(
             "USING INDEX ix_drift_subject_arm_build_id (subject=? AND arm=? AND build_id=?)" in s
             for s in steps
         ), steps
+        assert any("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)" in s for s in steps), steps
     # the x axis itself walks the drift index from the newest build and stops at the window
     axis = [steps for sql, steps in found if sql.startswith("SELECT DISTINCT")]
     assert axis == [["SCAN drift USING COVERING INDEX ix_drift_build_id"]], found

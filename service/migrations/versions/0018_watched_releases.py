@@ -2,7 +2,7 @@
 version), with the build it became
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-05 07:10:00.000000
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 import service.models
 
 revision: str = "0018"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
