@@ -64,10 +64,12 @@ from core.wire.vocabulary import (
     JobOutcome,
     JobState,
     Severity,
+    Shown,
     Stage,
     Status,
     Verdict,
     WireModel,
+    job_word,
 )
 
 __all__ = [
@@ -110,6 +112,7 @@ __all__ = [
     "RunnerResume",
     "RunnerResumed",
     "Severity",
+    "Shown",
     "Stage",
     "StagePost",
     "StageResult",
@@ -119,4 +122,5 @@ __all__ = [
     "Timings",
     "Verdict",
     "WireModel",
+    "job_word",
 ]

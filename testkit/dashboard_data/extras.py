@@ -67,3 +67,24 @@ def seed_logs(engine: Engine, build_id: int) -> None:
                 text = f"[{job.kind} job {job.id}: {stage.name}]\n{LOG}"
                 session.add(StageLog(build_id=build_id, job_id=job.id, stage=stage.name, text=text))
         session.commit()
+
+
+def vary_wheels(engine: Engine, ids: dict[str, int]) -> list[int]:
+    """Give every wheel build of ``ids`` a wheel of its own: a distinct version, and a long file
+    name (a dev build's local version, two platform tags) that differs from the others only in
+    its middle, as a nightly's do. Returns the ids of the wheel builds."""
+    with Session(engine) as session:
+        builds = session.scalars(select(Build).where(Build.id.in_(list(ids.values()))))
+        changed = []
+        for n, build in enumerate(sorted(builds, key=lambda b: b.id)):
+            if build.source != "wheel" or build.version is None or "<" in build.version:
+                continue
+            version = f"1.{20 + n}.{n % 3}.dev2026{11 + n % 2:02d}{10 + n:02d}+g{n:07x}ab"
+            build.version = version
+            build.filename = (
+                f"nvidia_cudnn_frontend-{version}-cp3{10 + n % 4}-cp3{10 + n % 4}-"
+                "manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+            )
+            changed.append(build.id)
+        session.commit()
+        return changed
