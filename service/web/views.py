@@ -87,7 +87,9 @@ def read_grid(
             "verdicts": VERDICTS,
             "stages": [s.value for s in STAGE_ORDER],
             "subjects": list(SUBJECTS),
-            "names": elide_common([r.filename for r in page.rows if r.filename and r.source == "wheel"]),
+            "names": elide_common(
+                [r.filename for r in page.rows if r.filename and r.source == "wheel"]
+            ),
             "live": any(r.status in ("queued", "running") for r in page.rows),
             "now": now,
         },
