@@ -141,6 +141,19 @@ def recent_builds(session: Session, limit: int) -> list[int]:
     return sorted(ids)
 
 
+def timed_builds(session: Session, limit: int) -> list[int]:
+    """The newest builds with a stage that reported a duration, oldest first: the stage
+    durations' axis when no build measured drift."""
+    ids = session.scalars(
+        select(Job.build_id)
+        .join(StageRow, StageRow.job_id == Job.id)
+        .distinct()
+        .order_by(Job.build_id.desc())
+        .limit(limit)
+    )
+    return sorted(ids)
+
+
 def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
     chart = Chart(f"{subject}: control arm (knob off), differing / runs", builds, 1.0, "share")
     stmt = (
@@ -316,14 +329,22 @@ def versions(session: Session, builds: list[int]) -> dict[int, str]:
 
 
 def axis_labels(session: Session, builds: list[int]) -> dict[int, tuple[str, str]]:
-    """Per build, the x axis's two lines: its version (a commit build's short sha where it
-    reported none) and the day it was submitted."""
+    """Per build, the x axis's two lines: its version, short (a commit build's short sha where
+    it reported none), and the day it was submitted."""
     rows = session.execute(
         select(Build.id, Build.version, Build.commit, Build.created_at).where(Build.id.in_(builds))
     )
     return {
-        i: (v or (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "") for i, v, c, at in rows
+        i: (_short(v) if v else (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "")
+        for i, v, c, at in rows
     }
+
+
+def _short(version: str) -> str:
+    """A version short enough for the axis: without its local part, at most 14 characters
+    (the whole of it is in the point's hover and the builds table)."""
+    public = version.split("+", 1)[0]
+    return public if len(public) <= 14 else public[:13] + "…"
 
 
 @router.get("/trends", response_class=HTMLResponse)
@@ -345,8 +366,9 @@ def read_trends(
                 cost_chart(session, name, ids),
             ]
             starts[name] = series_starts(session, name, ids)
-    durations = duration_charts(session, ids) if ids else []
-    labels = axis_labels(session, ids) if ids else {}
+    on_axis = ids or timed_builds(session, builds)  # stage times show without drift too
+    durations = duration_charts(session, on_axis) if on_axis else []
+    labels = axis_labels(session, on_axis) if on_axis else {}
     for chart in [*durations, *(c for group in charts.values() for c in group)]:
         chart.labels = labels
     response = templates.TemplateResponse(
