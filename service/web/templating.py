@@ -80,20 +80,20 @@ def query(params: dict[str, object], **changes: object) -> str:
     return urlencode({k: v for k, v in merged.items() if v not in (None, "")})
 
 
-# Where the grid's narrow columns may break its longest state words (a soft hyphen, shown only
-# where the line breaks): at 1280 px a stage column is narrower than "inconclusive" in bold.
+# Where the grid's narrow columns may break its longest words (a <wbr>: the text stays the
+# word): at 1280 px a stage column is narrower than "inconclusive" in bold.
 _SOFT = {
-    "inconclusive": "incon\xadclusive",
-    "incomplete": "incom\xadplete",
-    "applicable": "appli\xadcable",
-    "determinism": "determin\xadism",
-    "numerics": "numer\xadics",
+    "inconclusive": "incon<wbr>clusive",
+    "incomplete": "incom<wbr>plete",
+    "applicable": "appli<wbr>cable",
+    "determinism": "determin<wbr>ism",
+    "numerics": "numer<wbr>ics",
 }
 _LONG_WORDS = re.compile("|".join(_SOFT))
 
 
 def soft(text: object) -> Markup:
-    """Text escaped, its long words given a soft hyphen (``_SOFT``)."""
+    """Text escaped, its long words given a break opportunity (``_SOFT``)."""
     return Markup(_LONG_WORDS.sub(lambda m: _SOFT[m.group(0)], str(escape(text))))
 
 
