@@ -9,13 +9,15 @@ The seeded database (testkit/dashboard_data) stands in for runners this machine 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from testkit import loopback
 from testkit.service import SUBMIT, Service
-from tests.helpers import seeded_service, unfold
+from testkit.wheels import make_wheel
+from tests.helpers import seeded_service, submit_wheel, unfold
 
 # What each seeded build's jobs are, in the words a reader should see: (kind, family) -> word.
 EXPECTED = {
@@ -34,12 +36,16 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, dict[str, int]]]:
-    with seeded_service(tmp_path_factory.mktemp("words") / "data") as (svc, ids):
-        resp = loopback.post(
-            f"{svc.url}/api/builds/{ids['pass']}/rerun",
-            headers={"Authorization": f"Bearer {SUBMIT}"},
-        )
-        assert resp.status_code in (200, 201, 202), resp.text
+    """The seeded scenarios (their leases held for the module's length), and a real wheel
+    submitted, cancelled and rerun (a seeded build has no stored wheel to rerun)."""
+    data = tmp_path_factory.mktemp("words") / "data"
+    with seeded_service(data, lease=timedelta(hours=2)) as (svc, ids):
+        wheel = make_wheel(tmp_path_factory.mktemp("wheel"), "1.32.0", "")
+        ids["rerun_of"] = submit_wheel(svc, wheel)
+        auth = {"Authorization": f"Bearer {SUBMIT}"}
+        for action in ("cancel", "rerun"):
+            resp = loopback.post(f"{svc.url}/api/builds/{ids['rerun_of']}/{action}", headers=auth)
+            assert resp.status_code in (200, 202), resp.text
         ids["rerun"] = resp.json()["build_id"]
         yield svc, ids
 
@@ -113,6 +119,7 @@ def test_a_cancelled_build_says_so_where_its_logs_would_be(seeded: Any, browser:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
         page.goto(f"{svc.url}/builds/{ids['cancelled']}")
+        unfold(page)
         logs = page.locator("#logs-section").inner_text()
         assert "No stage has reported yet" not in logs and "cancelled" in logs, logs
         stages = page.locator("#stages").inner_text()
@@ -125,7 +132,7 @@ def test_a_rerun_is_marked_on_the_grid_the_build_page_and_the_api(
     seeded: Any, browser: Any
 ) -> None:
     svc, ids = seeded
-    original, rerun = ids["pass"], ids["rerun"]
+    original, rerun = ids["rerun_of"], ids["rerun"]
     assert _report(svc, rerun)["rerun_of"] == original
     assert _report(svc, original)["rerun_of"] is None
     items = loopback.get(f"{svc.url}/api/builds?limit=100").json()["items"]
