@@ -4,12 +4,20 @@ for a build's jobs. Made-up rows, as the rest of this package's: no git mirror, 
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 from core.transitions import ABSENT, PRESENT, Question
 from core.wire import Stage
-from service.models import Bisection, BisectionStep, Build, Job, StageLog, StageRow
+from service.models import (
+    Bisection,
+    BisectionStep,
+    Build,
+    FinishedReport,
+    Job,
+    StageLog,
+    StageRow,
+)
 
 COMMITS = [f"{i:x}" * 40 for i in range(1, 8)]  # good..bad, oldest first: 111.., 222.., ...
 LOG = (
@@ -86,5 +94,7 @@ def vary_wheels(engine: Engine, ids: dict[str, int]) -> list[int]:
                 "manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
             )
             changed.append(build.id)
+        # a finished build's stored report still names its old wheel: made again on a read
+        session.execute(delete(FinishedReport).where(FinishedReport.build_id.in_(changed)))
         session.commit()
         return changed
