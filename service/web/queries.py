@@ -208,26 +208,33 @@ def load_caps(session: Session, build_ids: list[int]) -> dict[int, dict[str, Cap
 
 def gates_of(session: Session, settings: Settings, builds: list[Build]) -> dict[int, Cell]:
     """Each build's gate: under the default requirement (``all``) it follows the verdict (no
-    query); else a finished build's is its stored report's (one SELECT), an open one's pending."""
+    query); else a finished build's is its stored report's (one SELECT; one stored under other
+    required checks is made again, once, as the build page would), an open one's pending."""
     require = settings.require or [gate.ALL]
     out = {b.id: gate_cell(gate.of_verdict(Verdict(b.verdict)), b.verdict_reason) for b in builds}
     if gate.ALL in require:
         return out
+    ended = {b.id: b for b in builds if b.verdict != Verdict.pending}
     for b in builds:
-        if b.verdict != Verdict.pending:
-            out[b.id] = gate_cell(Conclusion.pending, "not stored yet")
+        if b.id not in ended:
+            out[b.id] = gate_cell(Conclusion.pending, "the build still runs")
     body = cast(FinishedReport.body, JSON)
     stmt = select(
         FinishedReport.build_id,
         body[("gate", "conclusion")].as_string(),
         body[("gate", "reason")].as_string(),
     ).where(
-        FinishedReport.build_id.in_(list(out)),
+        FinishedReport.build_id.in_(list(ended)),
         FinishedReport.revision == stored_reports.revision(session),
     )
     for build_id, conclusion, reason in session.execute(stmt):
         if conclusion in Conclusion.__members__:
             out[build_id] = gate_cell(Conclusion(conclusion), reason or "")
+            del ended[build_id]
+    for build in ended.values():
+        judged = stored_reports.current(session, build).gate
+        if judged is not None:
+            out[build.id] = gate_cell(judged.conclusion, judged.reason)
     return out
 
 

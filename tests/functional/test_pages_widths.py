@@ -16,13 +16,16 @@ from typing import Any
 
 import pytest
 
+from service.db import make_engine
 from testkit import loopback
+from testkit.dashboard_data import seed_all
 from testkit.dashboard_data.extras import seed_bisection, seed_logs, vary_wheels
-from testkit.service import Service
+from testkit.service import Service, service_env
 from tests.helpers import seeded_service, unfold
 
 WIDTHS = (360, 1280)
 TOLERANCE_PX = 1  # sub-pixel rounding
+BY_VERDICT = {"pass": "success", "incomplete": "neutral", "pending": "pending", "fail": "failure"}
 # Every HTML element in the page whose content is wider than its box (scrollWidth past
 # clientWidth), with what it holds; an inline element has no box of its own (clientWidth 0). On
 # /docs the inside of the vendored Swagger UI (its icons are 2 px wider than their boxes by its
@@ -153,3 +156,41 @@ def test_provenance_labels_never_break_inside_a_word(seeded: Any, browser: Any) 
         assert heights and all(lines == 1 for _, lines in heights), heights
     finally:
         page.close()
+
+
+def test_the_grid_gate_follows_the_required_checks(
+    tmp_path_factory: pytest.TempPathFactory, browser: Any
+) -> None:
+    """Under ``FE_CI_REQUIRE=sm_90`` a build's gate is not its verdict's: the grid's gate column
+    says what each report's gate says, for reports stored under other required checks too (the
+    seeding judged them under ``all``)."""
+    data = tmp_path_factory.mktemp("require") / "data"
+    svc = Service(data_dir=data, env=service_env(data, FE_CI_REQUIRE="sm_90")).start()
+    try:
+        engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
+        try:
+            ids = seed_all(engine, history=0)
+        finally:
+            engine.dispose()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            page.goto(svc.url + "/")
+            shown = {
+                name: page.locator(f"#build-{ids[name]} td.gate .st").inner_text()
+                for name in ("incomplete", "pass", "fail", "running")
+            }
+            assert shown["fail"] == "failure" and shown["running"] == "pending", shown
+            differ = 0
+            for name in ("incomplete", "pass", "fail"):
+                report = loopback.get(f"{svc.url}/api/builds/{ids[name]}").json()
+                assert report["gate"]["require"] == ["sm_90"]
+                assert shown[name] == report["gate"]["conclusion"], (name, report["gate"])
+                differ += shown[name] != BY_VERDICT[report["verdict"]]
+            assert differ, shown  # the column is the required checks' gate, not the verdict's
+            page.reload()  # now from the stored reports, by their gate alone
+            again = page.locator(f"#build-{ids['incomplete']} td.gate .st").inner_text()
+            assert again == shown["incomplete"]
+        finally:
+            page.close()
+    finally:
+        svc.stop()
