@@ -3,9 +3,11 @@
 Pure functions over small row views, so the grid (50 builds from a handful of queries), the build
 page and the live endpoint all name a state the same way. Beyond the stage statuses of the wire
 models a cell can be ``pending``, ``running``, ``waiting`` (a queued job no alive runner can take:
-"waiting for an sm_100 runner") or ``cancelled``. A stage's cell shows its worst check, so a stage
-that reported ``pass`` with a failing check inside, or whose error finding failed the build (a
-probe's ledger finding), is never green. ``alive`` is ``service.jobs.capable.alive``'s set.
+"waiting for an sm_100 runner") or ``cancelled``: a job's word is ``core.wire.job_word``'s,
+the one the build page and the API (a report's ``jobs[].shown``) say too. A stage's cell shows
+its worst check, so a stage that reported ``pass`` with a failing check inside, or whose error
+finding failed the build (a probe's ledger finding), is never green. ``alive`` is
+``service.jobs.capable.alive``'s set.
 """
 
 from __future__ import annotations
