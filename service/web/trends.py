@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
+from packaging.version import InvalidVersion, Version
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -32,7 +33,7 @@ from service.web.templating import templates, timed
 router = APIRouter(include_in_schema=False)
 
 WIDTH, HEIGHT = 640, 160
-PAD_L, PAD_R, PAD_T, PAD_B = 58, 22, 10, 38  # the x axis: two lines, version and date
+PAD_L, PAD_R, PAD_T, PAD_B = 58, 34, 10, 38  # the x axis: two lines, version and date
 FAMILY_COLOURS = {"sm_80": "#7a5cc4", "sm_90": "#1f6fd1", "sm_100": "#d16f1f", None: "#556070"}
 STAGE_COLOURS = {
     "build": "#7a5cc4",
@@ -341,10 +342,16 @@ def axis_labels(session: Session, builds: list[int]) -> dict[int, tuple[str, str
 
 
 def _short(version: str) -> str:
-    """A version short enough for the axis: without its local part, at most 14 characters
-    (the whole of it is in the point's hover and the builds table)."""
+    """A version short enough for the axis (about 70 px a tick): as it is up to 9 characters,
+    else its release and an ellipsis (``1.37.2…`` for ``1.37.2.dev20261227+g11ab``); the whole
+    of it is in the builds table below."""
     public = version.split("+", 1)[0]
-    return public if len(public) <= 14 else public[:13] + "…"
+    if len(public) <= 9:
+        return public
+    try:
+        return Version(public).base_version + "…"
+    except InvalidVersion:
+        return public[:8] + "…"
 
 
 @router.get("/trends", response_class=HTMLResponse)

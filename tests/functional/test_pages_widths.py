@@ -194,3 +194,34 @@ def test_the_grid_gate_follows_the_required_checks(
             page.close()
     finally:
         svc.stop()
+
+
+# Each chart's tick labels: inside the chart's own width, and none over its neighbour on a line.
+TICKS_OUT = """() => { const bad = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const width = svg.viewBox.baseVal.width, lines = {};
+    for (const t of svg.querySelectorAll('text.tick')) {
+      const b = t.getBBox();
+      if (b.x < 0 || b.x + b.width > width) bad.push([svg.ariaLabel, t.textContent, 'outside']);
+      (lines[Math.round(b.y)] = lines[Math.round(b.y)] || []).push([b.x, b.x + b.width, t]);
+    }
+    for (const line of Object.values(lines)) {
+      line.sort((a, b) => a[0] - b[0]);
+      for (let i = 1; i < line.length; i++)
+        if (line[i][0] < line[i - 1][1]) bad.push([svg.ariaLabel, line[i][2].textContent, 'over']);
+    }
+  } return bad; }"""
+
+
+def test_the_trends_axes_name_long_versions_without_overlap(seeded: Any, browser: Any) -> None:
+    """Twenty dev versions on the axis: each tick says its release, inside its chart, apart from
+    its neighbours (the whole version is in the builds table)."""
+    svc, _ = seeded
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{svc.url}/trends")
+        ticks = page.eval_on_selector_all("svg text.tick", "ts => ts.map(t => t.textContent)")
+        assert any(".dev" not in t and "…" in t for t in ticks), ticks[:20]
+        assert page.evaluate(TICKS_OUT) == []
+    finally:
+        page.close()
