@@ -2,7 +2,6 @@
 
     .venv/bin/python bench/page_shots.py --db fe-ci.sqlite3 --out DIR [--page /trends ...]
         [--first-screen]
-    .venv/bin/python bench/page_shots.py --seed --out docs/screenshots --width 360 --prefix 360-
 
 Copies the SQLite database (``bench/gpu_builds.py --keep-db`` writes one) into a temp data dir,
 starts a real ``fe-ci serve`` on it (its migrations run first, so an older database is brought to
@@ -10,9 +9,13 @@ this checkout's schema; the copy given is never touched), and saves a full-page 
 from a headless Chromium (Debian's, ``FE_CI_CHROMIUM``). Default pages: the grid, the trends page
 and every build's page. ``--first-screen`` shoots what a reader first sees, the window alone
 (1280x800 by default: a build's page holds its verdict, gate, causes and what did not run there).
-``--seed`` starts from an empty database instead and seeds it as the browser tests do
-(``testkit.dashboard_data``, a bisection and stage logs with it); its pages are the grid, the
-failing build, trends, runners, the bisection and a comparison.
+``--seed`` starts from an empty database instead and seeds it as the width test does
+(``testkit.dashboard_data``: twenty builds of different wheels, a bisection and stage logs); its
+pages are the grid, the failing build, an incomplete one (its gate neutral), a waiting one,
+trends, runners, the bisection and a comparison. The committed shots at both widths:
+
+    .venv/bin/python bench/page_shots.py --seed --out docs/screenshots --width 360 --prefix 360-
+    .venv/bin/python bench/page_shots.py --seed --out docs/screenshots --width 1280 --prefix 1280-
 """
 
 from __future__ import annotations
@@ -44,21 +47,29 @@ def default_pages(db: Path) -> list[str]:
 
 
 def seed(data: Path) -> list[str]:
-    """Seed an empty service's database as the browser tests do; the pages worth a picture."""
+    """Seed an empty service's database as the browser tests do (tests/functional/
+    test_pages_widths.py: twenty builds of different wheels); the pages worth a picture."""
+    from datetime import timedelta
+
     from service.db import make_engine
     from testkit.dashboard_data import seed_all
-    from testkit.dashboard_data.extras import seed_bisection, seed_logs
+    from testkit.dashboard_data.extras import seed_bisection, seed_logs, vary_wheels
 
     engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
     try:
-        ids = seed_all(engine)
+        ids = seed_all(engine, history=9, lease=timedelta(hours=1))
         bisection = seed_bisection(engine, ids["pass"], ids["fail"])
         seed_logs(engine, ids["fail"])
+        vary_wheels(engine, ids)
     finally:
         engine.dispose()
+    SEEDED_NAMES.update({f"/builds/{ids['waiting']}": "build-waiting"})
+    SEEDED_NAMES.update({f"/builds/{ids['incomplete']}": "build-neutral"})
     return [
         "/",
         f"/builds/{ids['fail']}",
+        f"/builds/{ids['incomplete']}",
+        f"/builds/{ids['waiting']}",
         "/trends",
         "/runners",
         f"/bisections/{bisection}",
@@ -66,7 +77,12 @@ def seed(data: Path) -> list[str]:
     ]
 
 
+SEEDED_NAMES: dict[str, str] = {}  # a seeded page's file name where its kind has several
+
+
 def shot_name(path: str) -> str:
+    if path in SEEDED_NAMES:
+        return SEEDED_NAMES[path]
     if path.startswith("/compare"):
         return "compare"
     name = path.strip("/").replace("/", "-") or "grid"

@@ -83,6 +83,11 @@ _WORDS = {
 }
 
 
+def of_verdict(verdict: Verdict) -> Conclusion:
+    """The gate under the default requirement (``all``): it follows the verdict."""
+    return _BY_VERDICT[verdict]
+
+
 def known() -> list[str]:
     """Every name ``--require`` accepts, in the order the help lists them."""
     return [ALL, *(s.value for s in Stage), *FAMILIES, *SUBJECTS]

@@ -315,11 +315,11 @@ def assert_refused(
 
 @contextmanager
 def seeded_service(
-    data: Path, more: Callable[[Any, dict[str, int]], None] | None = None
+    data: Path, more: Callable[[Any, dict[str, int]], None] | None = None, **seed: Any
 ) -> Iterator[tuple[Service, dict[str, int]]]:
     """A real service on ``data`` whose database holds the dashboard's scenarios
-    (``testkit.dashboard_data.seed_all``; ``more(engine, ids)`` adds to them): the service and
-    the seeded ids by name."""
+    (``testkit.dashboard_data.seed_all``, given ``seed``; ``more(engine, ids)`` adds to them):
+    the service and the seeded ids by name."""
     from service.db import make_engine
     from testkit.dashboard_data import seed_all
 
@@ -327,7 +327,7 @@ def seeded_service(
     try:
         engine = make_engine(f"sqlite:///{data / 'fe-ci.sqlite3'}")
         try:
-            ids = seed_all(engine)
+            ids = seed_all(engine, **seed)
             if more is not None:
                 more(engine, ids)
         finally:

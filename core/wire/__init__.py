@@ -67,10 +67,12 @@ from core.wire.vocabulary import (
     JobOutcome,
     JobState,
     Severity,
+    Shown,
     Stage,
     Status,
     Verdict,
     WireModel,
+    job_word,
 )
 
 __all__ = [
@@ -116,6 +118,7 @@ __all__ = [
     "RunnerResume",
     "RunnerResumed",
     "Severity",
+    "Shown",
     "Stage",
     "StagePost",
     "StageResult",
@@ -125,4 +128,5 @@ __all__ = [
     "Timings",
     "Verdict",
     "WireModel",
+    "job_word",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from core.wire.results import (
     Capability,
@@ -24,10 +24,12 @@ from core.wire.vocabulary import (
     JobKind,
     JobOutcome,
     JobState,
+    Shown,
     Stage,
     Status,
     Verdict,
     WireModel,
+    job_word,
 )
 
 
@@ -50,6 +52,13 @@ class JobReport(WireModel):
     # a GPU job that reuses the CPU job's refusal decisions (its family's rows are intercepted
     # decisions, the same as on a CPU): that job's id; its refusal stage says what they were
     refusal_from: int | None = None
+    # the one word every page shows for this job (``vocabulary.job_word``), set from the above
+    shown: Shown = Shown.pending
+
+    @model_validator(mode="after")
+    def _shown(self) -> JobReport:
+        self.shown = job_word(self.status, self.outcome, self.waiting)
+        return self
 
     @property
     def cell_name(self) -> str | None:
@@ -146,6 +155,7 @@ class BuildReport(WireModel):
     branch: str | None = None
     submitted_by: str | None = None
     created_at: datetime | None = None
+    rerun_of: int | None = None  # the build this one reruns
     status: BuildStatus
     verdict: Verdict
     verdict_reason: str = ""
@@ -175,6 +185,7 @@ class BuildSummary(WireModel):
     verdict: Verdict
     created_at: datetime
     url: str
+    rerun_of: int | None = None  # the build this one reruns
 
 
 class BuildsPage(WireModel):

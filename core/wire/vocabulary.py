@@ -1,5 +1,6 @@
 """The words of the wire: stages, statuses, severities, verdicts, job kinds and states, build
-statuses and the gate's conclusions; and ``WireModel``, the base of every model that crosses
+statuses and the gate's conclusions; the one word every reader shows for a job's state
+(``Shown``, ``job_word``); and ``WireModel``, the base of every model that crosses
 between the service and the runner (unknown fields are ignored, so either side may add some).
 """
 
@@ -93,6 +94,38 @@ class BuildStatus(StrEnum):
     running = "running"
     finished = "finished"
     cancelled = "cancelled"
+
+
+class Shown(StrEnum):
+    """The one word for a job's state: the grid's cells, the build page (its progress and its
+    jobs), the live status and the API (a report's ``jobs[].shown``) all say it, so no page can
+    call a job "waiting" that another calls "pending"."""
+
+    pending = "pending"  # queued for a runner that is alive, or waiting for its build job's wheel
+    waiting = "waiting"  # queued, and no alive runner can take it ("no runner with arch=...")
+    running = "running"  # leased: a runner has it
+    finished = "finished"  # its runner finished it; its stages say how they went
+    skipped = "skipped"  # it never ran (no runner of its family in time, no wheel to run)
+    error = "error"  # it ended without its results
+    cancelled = "cancelled"  # the build was cancelled
+
+
+def job_word(state: str, outcome: str | None, waiting: object = None) -> Shown:
+    """The word for a job in ``state`` that ended with ``outcome`` (None while open);
+    ``waiting`` is truthy for a queued job no alive runner can take (why it waits)."""
+    if state == JobState.leased:
+        return Shown.running
+    if state == JobState.queued:
+        return Shown.waiting if waiting else Shown.pending
+    if state == JobState.waiting:
+        return Shown.pending
+    if state == JobState.cancelled or outcome == JobOutcome.cancelled:
+        return Shown.cancelled
+    if outcome == JobOutcome.skipped:
+        return Shown.skipped
+    if outcome == JobOutcome.error:
+        return Shown.error
+    return Shown.finished
 
 
 class Conclusion(StrEnum):

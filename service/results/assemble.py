@@ -173,6 +173,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         branch=build.branch,
         submitted_by=build.submitted_by,
         created_at=build.created_at,
+        rerun_of=build.rerun_of,
         status=build_status(build),
         verdict=Verdict.pending,
         jobs=job_reports,
@@ -254,6 +255,7 @@ def summary(build: Build) -> BuildSummary:
         verdict=Verdict(build.verdict),
         created_at=build.created_at,
         url=f"/builds/{build.id}",
+        rerun_of=build.rerun_of,
     )
 
 

@@ -16,6 +16,12 @@ from service.web.templating import HERE
 SWAGGER_UI_VERSION = "5.35.0"
 _ASSETS = f"/static/swagger-ui/{{}}?v={SWAGGER_UI_VERSION}"
 FAVICON = HERE / "static" / "favicon.ico"
+# The way back from the API page to the dashboard, above Swagger UI's own header.
+BACK = (
+    '<nav id="back-to-dashboard" style="font: 14px sans-serif; padding: 8px 20px; '
+    'background: #1d2430"><a href="/" style="color: #dde3ec">&larr; fe-ci dashboard</a> '
+    '<a href="/runners" style="color: #dde3ec; margin-left: 12px">runners</a></nav>'
+)
 
 
 def install_api_docs(app: FastAPI) -> None:
@@ -24,7 +30,7 @@ def install_api_docs(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def read_api_docs() -> HTMLResponse:
-        return get_swagger_ui_html(
+        page = get_swagger_ui_html(
             openapi_url=openapi_url,
             title=f"{app.title} API",
             swagger_js_url=_ASSETS.format("swagger-ui-bundle.js"),
@@ -33,6 +39,8 @@ def install_api_docs(app: FastAPI) -> None:
             # no call to the public validator service for a badge
             swagger_ui_parameters={"validatorUrl": None},
         )
+        html = bytes(page.body).decode().replace("<body>", f"<body>\n{BACK}", 1)
+        return HTMLResponse(html)
 
     @app.get("/favicon.ico", include_in_schema=False)
     def read_favicon() -> FileResponse:

@@ -1,7 +1,10 @@
 """``/badge/{branch}.svg``: a shields-style badge, "fe-ci" and the verdict of the branch's newest
 finished build, in its colour. A branch with no finished build (or no such branch) gets a grey
 "unknown" badge with 200, so a README's image never breaks. Branch names may hold slashes
-(``/badge/release/1.x.svg``); ``refs/heads/`` in front is accepted too."""
+(``/badge/release/1.x.svg``); ``refs/heads/`` in front is accepted too.
+
+Uploaded wheels are a line of their own: ``/badge/uploads.svg`` is the newest finished upload's
+verdict (a branch named ``uploads`` is still ``/badge/refs/heads/uploads.svg``)."""
 
 from __future__ import annotations
 
@@ -70,11 +73,32 @@ def latest_verdict(session: Session, branch: str) -> Verdict | None:
     return Verdict(verdict) if verdict is not None else None
 
 
-@router.get("/badge/{branch:path}.svg")
-def read_badge(session: SessionDep, branch: str) -> Response:
-    """The branch's badge; never an error page."""
-    verdict = latest_verdict(session, branch[:300])
+def latest_upload_verdict(session: Session) -> Verdict | None:
+    """The verdict of the newest finished upload (a wheel, not a commit; not cancelled)."""
+    verdict = session.scalars(
+        select(Build.verdict)
+        .where(Build.source == "wheel", Build.finished_at.is_not(None))
+        .where(Build.bisection_id.is_(None), Build.cancelled_at.is_(None))
+        .order_by(Build.id.desc())
+        .limit(1)
+    ).first()
+    return Verdict(verdict) if verdict is not None else None
+
+
+def _badge(verdict: Verdict | None) -> Response:
     message = verdict.value if verdict is not None else "unknown"
     body = render(message, COLOURS.get(verdict, GREY) if verdict is not None else GREY)
     headers = {"Cache-Control": "no-cache, max-age=0"}  # image proxies must ask again
     return Response(body, media_type="image/svg+xml", headers=headers)
+
+
+@router.get("/badge/uploads.svg")
+def read_uploads_badge(session: SessionDep) -> Response:
+    """The uploads' badge: the newest finished uploaded wheel's verdict."""
+    return _badge(latest_upload_verdict(session))
+
+
+@router.get("/badge/{branch:path}.svg")
+def read_badge(session: SessionDep, branch: str) -> Response:
+    """The branch's badge; never an error page."""
+    return _badge(latest_verdict(session, branch[:300]))

@@ -3,9 +3,11 @@
 Pure functions over small row views, so the grid (50 builds from a handful of queries), the build
 page and the live endpoint all name a state the same way. Beyond the stage statuses of the wire
 models a cell can be ``pending``, ``running``, ``waiting`` (a queued job no alive runner can take:
-"waiting for an sm_100 runner") or ``cancelled``. A stage's cell shows its worst check, so a stage
-that reported ``pass`` with a failing check inside, or whose error finding failed the build (a
-probe's ledger finding), is never green. ``alive`` is ``service.jobs.capable.alive``'s set.
+"waiting for an sm_100 runner") or ``cancelled``: a job's word is ``core.wire.job_word``'s,
+the one the build page and the API (a report's ``jobs[].shown``) say too. A stage's cell shows
+its worst check, so a stage that reported ``pass`` with a failing check inside, or whose error
+finding failed the build (a probe's ledger finding), is never green. ``alive`` is
+``service.jobs.capable.alive``'s set.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from datetime import datetime
 
 from core.subjects import FAMILIES, SUBJECTS
 from core.verdict import OPEN_JOBS, RAN, WORST_FIRST, finding_stage, no_runner, why_uncovered
-from core.wire import WHEEL_SOURCES, JobKind, JobOutcome, JobState, Stage, Status, Verdict
+from core.wire import (
+    WHEEL_SOURCES,
+    JobKind,
+    JobState,
+    Shown,
+    Stage,
+    Status,
+    Verdict,
+    job_word,
+)
 from core.wire.results import subject_of
 from service.jobs.capable import waiting_reason
 
@@ -119,24 +130,36 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
         return Cell.of(row.status, row.reason)
     if stage not in job.stages:
         return None
-    if job.state == JobState.leased:
+    why = waiting_reason(job.kind, job.family, alive) if job.state == JobState.queued else None
+    word = job_word(job.state, job.outcome, why)
+    if word == Shown.running:
         first_open = next((s for s in job.stages if s not in job.rows), None)
         if stage == first_open:
             who = f" on {job.runner}" if job.runner else ""
             return Cell.of("running", f"{job.label} job, attempt {job.attempt}{who}")
         return Cell.of("pending", f"after {first_open}")
-    if job.state == JobState.waiting:
-        return Cell.of("pending", "waiting for the build job's wheel")
-    if job.state == JobState.queued:
-        why = waiting_reason(job.kind, job.family, alive)
-        if why:
-            return Cell("waiting", waiting_text(job.family), f"{why}; the job is queued")
+    if word == Shown.waiting:
+        return Cell("waiting", waiting_text(job.family), f"{why}; the job is queued")
+    if word == Shown.pending:
+        if job.state == JobState.waiting:
+            return Cell.of("pending", "waiting for the build job's wheel")
         return Cell.of("pending", f"queued (attempt {job.attempt})")
-    if job.state == JobState.cancelled:
+    if word == Shown.cancelled:
         return Cell.of("cancelled", job.reason or "cancelled")
-    if job.outcome == JobOutcome.error:
+    if word == Shown.error:
         return Cell.of("error", job.reason)
     return Cell.of("skipped", job.reason or "the job ended without reporting this stage")
+
+
+def job_cell(job: JobView, alive: set[str]) -> Cell:
+    """A whole job's state in its one word (``core.wire.job_word``), with why on hover."""
+    why = waiting_reason(job.kind, job.family, alive) if job.state == JobState.queued else None
+    word = job_word(job.state, job.outcome, why)
+    if word == Shown.waiting:
+        return Cell("waiting", "waiting", why or "")
+    if word == Shown.pending and job.state == JobState.waiting:
+        return Cell.of(word, "waiting for the build job's wheel")
+    return Cell.of(word, job.reason)
 
 
 def combine(cells: list[tuple[str, Cell]]) -> list[Cell]:
@@ -181,6 +204,8 @@ def stage_cells(
         why = "a wheel needs no build" if has_wheel else "the wheel of this commit exists"
         return [Cell.of("not_applicable", why)]
     if stage in (Stage.determinism, Stage.numerics) and jobs:
+        if any(j.state in OPEN_JOBS for j in jobs):  # not skipped while the build still runs
+            return [Cell.of("pending", f"no GPU job; once the build ends: {no_runner(FAMILIES)}")]
         return [Cell.of("skipped", no_runner(FAMILIES))]
     return [Cell.of("pending", "no job yet")]
 
@@ -233,6 +258,14 @@ def subject_cell(
             return Cell.of("pending", "not probed yet")
         return Cell.of("skipped", "not run: no probe result")
     return Cell.of("skipped", why)
+
+
+GATE_STATES = {"success": "pass", "failure": "fail", "neutral": "incomplete", "pending": "pending"}
+
+
+def gate_cell(conclusion: str, reason: str) -> Cell:
+    """The gate's conclusion in its own word, coloured as the verdict it stands for."""
+    return Cell(GATE_STATES[conclusion], str(conclusion), reason)
 
 
 def verdict_cell(verdict: str, reason: str, jobs: Sequence[JobView]) -> Cell:

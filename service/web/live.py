@@ -26,7 +26,7 @@ from service.errors import NotFound
 from service.models import Build, utcnow
 from service.results.assemble import status_of
 from service.web import live_hub
-from service.web.cells import job_stage_cell, verdict_cell
+from service.web.cells import job_cell, job_stage_cell, verdict_cell
 from service.web.queries import alive, load_jobs
 
 router = APIRouter(include_in_schema=False)
@@ -61,11 +61,13 @@ def snapshot(session: Session, settings: Settings, build_id: int, now: datetime)
                 }
             )
         done = sum(1 for s in job.stages if s in job.rows)
+        word = job_cell(job, families)
         out_jobs.append(
             {
                 "id": job.id,
                 "label": f"{job.label} job {job.id}",
-                "state": job.state,
+                "state": word.state,  # the one word (core.wire.job_word), as the report's shown
+                "reason": word.reason,
                 "runner": job.runner,
                 "attempt": job.attempt,
                 "done": done,

@@ -1,8 +1,8 @@
 """The grid's data: one page of builds and what their cells need, in a fixed handful of queries.
 
 A page costs seven SELECTs whatever its size (builds, jobs with runners, stages, the checks that
-did not pass, determinism checks, findings, capabilities) plus one for the alive runners; no build
-report per row.
+did not pass, determinism checks, findings, capabilities) plus one for the alive runners, and one
+for the stored gates where the required checks are not ``all``; no build report per row.
 """
 
 from __future__ import annotations
@@ -11,16 +11,27 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import JSON, cast, select
 from sqlalchemy.orm import Session
 
+from core import gate
 from core.assemble import replaces
 from core.subjects import SUBJECTS
 from core.verdict import NOT_PASSED
-from core.wire import STAGE_ORDER, Stage
+from core.wire import STAGE_ORDER, Conclusion, Stage, Verdict
 from service.config import Settings
 from service.jobs import capable
-from service.models import Build, CapabilityRow, CheckRow, FindingRow, Job, Runner, StageRow
+from service.models import (
+    Build,
+    CapabilityRow,
+    CheckRow,
+    FindingRow,
+    FinishedReport,
+    Job,
+    Runner,
+    StageRow,
+)
+from service.results import stored_reports
 from service.results.assemble import status_of
 from service.results.build_list import filtered_builds
 from service.web.cells import (
@@ -29,6 +40,7 @@ from service.web.cells import (
     CheckView,
     JobView,
     StageView,
+    gate_cell,
     stage_cells,
     subject_cell,
     verdict_cell,
@@ -65,6 +77,8 @@ class GridRow:
     stages: dict[str, list[Cell]]
     subjects: dict[str, Cell]
     findings: list[FindingView] = field(default_factory=list)
+    rerun_of: int | None = None
+    gate: Cell = field(default_factory=lambda: gate_cell(Conclusion.pending, ""))
 
     @property
     def severity_counts(self) -> list[tuple[str, int]]:
@@ -196,6 +210,38 @@ def load_caps(session: Session, build_ids: list[int]) -> dict[int, dict[str, Cap
     return out
 
 
+def gates_of(session: Session, settings: Settings, builds: list[Build]) -> dict[int, Cell]:
+    """Each build's gate: under the default requirement (``all``) it follows the verdict (no
+    query); else a finished build's is its stored report's (one SELECT; one stored under other
+    required checks is made again, once, as the build page would), an open one's pending."""
+    require = settings.require or [gate.ALL]
+    out = {b.id: gate_cell(gate.of_verdict(Verdict(b.verdict)), b.verdict_reason) for b in builds}
+    if gate.ALL in require:
+        return out
+    ended = {b.id: b for b in builds if b.verdict != Verdict.pending}
+    for b in builds:
+        if b.id not in ended:
+            out[b.id] = gate_cell(Conclusion.pending, "the build still runs")
+    body = cast(FinishedReport.body, JSON)
+    stmt = select(
+        FinishedReport.build_id,
+        body[("gate", "conclusion")].as_string(),
+        body[("gate", "reason")].as_string(),
+    ).where(
+        FinishedReport.build_id.in_(list(ended)),
+        FinishedReport.revision == stored_reports.revision(session),
+    )
+    for build_id, conclusion, reason in session.execute(stmt):
+        if conclusion in Conclusion.__members__:
+            out[build_id] = gate_cell(Conclusion(conclusion), reason or "")
+            del ended[build_id]
+    for build in ended.values():
+        judged = stored_reports.current(session, build).gate
+        if judged is not None:
+            out[build.id] = gate_cell(judged.conclusion, judged.reason)
+    return out
+
+
 def alive(session: Session, settings: Settings, now: datetime) -> set[str]:
     return capable.alive(session, settings, now)
 
@@ -221,10 +267,13 @@ def grid_page(
     findings = load_findings(session, ids) if ids else {}
     caps = load_caps(session, ids) if ids else {}
     alive_ = alive(session, settings, now)
+    gates = gates_of(session, settings, builds)
     rows = [
         grid_row(b, jobs.get(b.id, []), checks, findings.get(b.id, []), caps.get(b.id, {}), alive_)
         for b in builds
     ]
+    for row in rows:
+        row.gate = gates[row.id]
     return GridPage(rows=rows, next_cursor=builds[-1].id if more else None)
 
 
@@ -276,4 +325,5 @@ def grid_row(
             for name in SUBJECTS
         },
         findings=sorted(findings, key=lambda f: SEVERITIES.index(f.severity)),
+        rerun_of=build.rerun_of,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,13 +80,31 @@ def query(params: dict[str, object], **changes: object) -> str:
     return urlencode({k: v for k, v in merged.items() if v not in (None, "")})
 
 
+# Where the grid's narrow columns may break its longest words (a <wbr>: the text stays the
+# word): at 1280 px a stage column is narrower than "inconclusive" in bold.
+_SOFT = {
+    "inconclusive": "incon<wbr>clusive",
+    "incomplete": "incom<wbr>plete",
+    "applicable": "appli<wbr>cable",
+    "determinism": "determin<wbr>ism",
+    "numerics": "numer<wbr>ics",
+}
+_LONG_WORDS = re.compile("|".join(_SOFT))
+
+
+def soft(text: object) -> Markup:
+    """Text escaped, its long words given a break opportunity (``_SOFT``)."""
+    return Markup(_LONG_WORDS.sub(lambda m: _SOFT[m.group(0)], str(escape(text))))
+
+
 def cell_html(cell: Any) -> Markup:
     """One state cell, every part escaped (the grid's hot path, ~600 a page, is faster here
     than as a Jinja macro)."""
     state = escape(cell.state)
+    text = soft(cell.text)
     return Markup(
         f'<span class="st st-{state}" data-state="{state}" title="{escape(cell.reason)}">'
-        f"{escape(cell.text)}</span>"
+        f"{text}</span>"
     )
 
 
@@ -93,5 +112,50 @@ def cells_html(cells: list[Any]) -> Markup:
     return Markup("").join(cell_html(c) for c in cells)
 
 
-templates.env.filters.update(when=when, num=num, cell=cell_html, cells=cells_html)
+_BREAKS = re.compile(r"([._+/-])")
+
+
+def breakable(text: object) -> Markup:
+    """Text escaped, with a line-break opportunity after each ``. _ + / -``: a version, a file
+    name or a branch wraps at its separators in a narrow column, never mid-word."""
+    return Markup(_BREAKS.sub(r"\1<wbr>", str(escape(text))))
+
+
+def _shared_start(texts: list[str]) -> str:
+    first, last = min(texts), max(texts)
+    n = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))
+    return first[:n]
+
+
+def elide_common(names: list[str]) -> dict[str, str]:
+    """Each name with the prefix and suffix that every name of its distribution (the part
+    before the first ``-``) shares cut to an ellipsis, at a ``-`` so a wheel's version and tags
+    stay whole: what tells the names apart stays visible. A name alone in its distribution is
+    left whole."""
+    groups: dict[str, set[str]] = {}
+    for name in names:
+        groups.setdefault(name.split("-", 1)[0], set()).add(name)
+    out = {}
+    for group in groups.values():
+        out.update(_elided(sorted(group)))
+    return out
+
+
+def _elided(distinct: list[str]) -> dict[str, str]:
+    if len(distinct) < 2:
+        return {n: n for n in distinct}
+    head = _shared_start(distinct)
+    head = head[: head.rfind("-") + 1]
+    tail = _shared_start([n[len(head) :][::-1] for n in distinct])[::-1]
+    tail = tail[tail.find("-") :] if "-" in tail else ""
+    out = {}
+    for name in distinct:
+        middle = name[len(head) : len(name) - len(tail)]
+        out[name] = f"{'…' if head else ''}{middle}{'…' if tail else ''}" if middle else name
+    return out
+
+
+templates.env.filters.update(
+    when=when, num=num, cell=cell_html, cells=cells_html, breakable=breakable, soft=soft
+)
 templates.env.globals.update(ago=ago, commit_url=commit_url, query=query)

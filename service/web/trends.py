@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
+from packaging.version import InvalidVersion, Version
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -33,7 +34,7 @@ from service.web.templating import templates, timed
 router = APIRouter(include_in_schema=False)
 
 WIDTH, HEIGHT = 640, 160
-PAD_L, PAD_R, PAD_T, PAD_B = 58, 22, 10, 38  # the x axis: two lines, version and date
+PAD_L, PAD_R, PAD_T, PAD_B = 58, 34, 10, 38  # the x axis: two lines, version and date
 FAMILY_COLOURS = {"sm_80": "#7a5cc4", "sm_90": "#1f6fd1", "sm_100": "#d16f1f", None: "#556070"}
 STAGE_COLOURS = {
     "build": "#7a5cc4",
@@ -145,6 +146,19 @@ def recent_builds(session: Session, limit: int) -> list[int]:
 def _colour(cell: str | None) -> str:
     """A cell's colour is its family's (``core.cells``: ``sm_90-cudnn9.28.1`` is sm_90's)."""
     return FAMILY_COLOURS.get(cells.family_of(cell), "#556070")
+
+
+def timed_builds(session: Session, limit: int) -> list[int]:
+    """The newest builds with a stage that reported a duration, oldest first: the stage
+    durations' axis when no build measured drift."""
+    ids = session.scalars(
+        select(Job.build_id)
+        .join(StageRow, StageRow.job_id == Job.id)
+        .distinct()
+        .order_by(Job.build_id.desc())
+        .limit(limit)
+    )
+    return sorted(ids)
 
 
 def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
@@ -322,14 +336,28 @@ def versions(session: Session, builds: list[int]) -> dict[int, str]:
 
 
 def axis_labels(session: Session, builds: list[int]) -> dict[int, tuple[str, str]]:
-    """Per build, the x axis's two lines: its version (a commit build's short sha where it
-    reported none) and the day it was submitted."""
+    """Per build, the x axis's two lines: its version, short (a commit build's short sha where
+    it reported none), and the day it was submitted."""
     rows = session.execute(
         select(Build.id, Build.version, Build.commit, Build.created_at).where(Build.id.in_(builds))
     )
     return {
-        i: (v or (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "") for i, v, c, at in rows
+        i: (_short(v) if v else (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "")
+        for i, v, c, at in rows
     }
+
+
+def _short(version: str) -> str:
+    """A version short enough for the axis (about 70 px a tick): as it is up to 9 characters,
+    else its release and an ellipsis (``1.37.2…`` for ``1.37.2.dev20261227+g11ab``); the whole
+    of it is in the builds table below."""
+    public = version.split("+", 1)[0]
+    if len(public) <= 9:
+        return public
+    try:
+        return Version(public).base_version + "…"
+    except InvalidVersion:
+        return public[:8] + "…"
 
 
 @router.get("/trends", response_class=HTMLResponse)
@@ -351,8 +379,9 @@ def read_trends(
                 cost_chart(session, name, ids),
             ]
             starts[name] = series_starts(session, name, ids)
-    durations = duration_charts(session, ids) if ids else []
-    labels = axis_labels(session, ids) if ids else {}
+    on_axis = ids or timed_builds(session, builds)  # stage times show without drift too
+    durations = duration_charts(session, on_axis) if on_axis else []
+    labels = axis_labels(session, on_axis) if on_axis else {}
     for chart in [*durations, *(c for group in charts.values() for c in group)]:
         chart.labels = labels
     response = templates.TemplateResponse(

@@ -27,9 +27,10 @@ from service.errors import NotFound
 from service.models import Build, Runner, utcnow
 from service.results import logs, stored_reports
 from service.web import badge, bisections, compare, live, runners, trends
+from service.web.cells import GATE_STATES
 from service.web.junit import junit_xml
 from service.web.queries import PAGE_SIZE, grid_page, load_jobs
-from service.web.templating import HERE, not_found, templates, timed
+from service.web.templating import HERE, elide_common, not_found, templates, timed
 
 router = APIRouter(include_in_schema=False)
 router.include_router(live.router)
@@ -86,6 +87,9 @@ def read_grid(
             "verdicts": VERDICTS,
             "stages": [s.value for s in STAGE_ORDER],
             "subjects": list(SUBJECTS),
+            "names": elide_common(
+                [r.filename for r in page.rows if r.filename and r.source == "wheel"]
+            ),
             "live": any(r.status in ("queued", "running") for r in page.rows),
             "now": now,
         },
@@ -95,7 +99,6 @@ def read_grid(
 
 REFUSAL_COLUMNS = list(product((False, True), repeat=3))  # scale bias, FC1 bias, unit scale
 CAUSES_SHOWN = 6  # on the first screen; the rest behind "N more"
-GATE_STATES = {"success": "pass", "failure": "fail", "neutral": "incomplete", "pending": "pending"}
 
 
 @dataclass

@@ -4,12 +4,20 @@ for a build's jobs. Made-up rows, as the rest of this package's: no git mirror, 
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 from core.transitions import ABSENT, PRESENT, Question
 from core.wire import Stage
-from service.models import Bisection, BisectionStep, Build, Job, StageLog, StageRow
+from service.models import (
+    Bisection,
+    BisectionStep,
+    Build,
+    FinishedReport,
+    Job,
+    StageLog,
+    StageRow,
+)
 
 COMMITS = [f"{i:x}" * 40 for i in range(1, 8)]  # good..bad, oldest first: 111.., 222.., ...
 LOG = (
@@ -67,3 +75,26 @@ def seed_logs(engine: Engine, build_id: int) -> None:
                 text = f"[{job.kind} job {job.id}: {stage.name}]\n{LOG}"
                 session.add(StageLog(build_id=build_id, job_id=job.id, stage=stage.name, text=text))
         session.commit()
+
+
+def vary_wheels(engine: Engine, ids: dict[str, int]) -> list[int]:
+    """Give every wheel build of ``ids`` a wheel of its own: a distinct version, and a long file
+    name (a dev build's local version, two platform tags) that differs from the others only in
+    its middle, as a nightly's do. Returns the ids of the wheel builds."""
+    with Session(engine) as session:
+        builds = session.scalars(select(Build).where(Build.id.in_(list(ids.values()))))
+        changed = []
+        for n, build in enumerate(sorted(builds, key=lambda b: b.id)):
+            if build.source != "wheel" or build.version is None or "<" in build.version:
+                continue
+            version = f"1.{20 + n}.{n % 3}.dev2026{11 + n % 2:02d}{10 + n:02d}+g{n:07x}ab"
+            build.version = version
+            build.filename = (
+                f"nvidia_cudnn_frontend-{version}-cp3{10 + n % 4}-cp3{10 + n % 4}-"
+                "manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+            )
+            changed.append(build.id)
+        # a finished build's stored report still names its old wheel: made again on a read
+        session.execute(delete(FinishedReport).where(FinishedReport.build_id.in_(changed)))
+        session.commit()
+        return changed

@@ -66,8 +66,16 @@ def refresh(engine: Engine, build_ids: list[int]) -> dict[int, tuple[str, str]]:
     return out
 
 
-def seed_all(engine: Engine, *, history: int = 8, now: datetime | None = None) -> dict[str, int]:
-    """Runners, ``history`` older passing builds (for the trends) and one build per scenario."""
+def seed_all(
+    engine: Engine,
+    *,
+    history: int = 8,
+    now: datetime | None = None,
+    lease: timedelta = timedelta(minutes=2),
+) -> dict[str, int]:
+    """Runners, ``history`` older passing builds (for the trends) and one build per scenario;
+    a leased job's lease runs ``lease`` from its build's time (longer keeps the sweeper from
+    requeueing it while a test reads it)."""
     now = now or utcnow()
     s = Seeder.for_engine(engine)
     runners = seed_runners(s, now)
@@ -76,7 +84,8 @@ def seed_all(engine: Engine, *, history: int = 8, now: datetime | None = None) -
         c = Ctx(s, now - timedelta(hours=history - i), runners, variant=i)
         ids[f"history{i}"] = scenario_pass(c)
     for n, (name, make) in enumerate(SCENARIOS.items()):
-        ids[name] = make(Ctx(s, now - timedelta(minutes=len(SCENARIOS) - n), runners, variant=n))
+        at = now - timedelta(minutes=len(SCENARIOS) - n)
+        ids[name] = make(Ctx(s, at, runners, variant=n, lease=lease))
     s.flush(engine)
     refresh(engine, list(ids.values()))
     return ids

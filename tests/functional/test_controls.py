@@ -147,6 +147,21 @@ def test_a_branch_badge_shows_its_newest_finished_verdict(seeded: Any) -> None:
     assert 'aria-label="fe-ci: unknown"' in unknown.text and "#9f9f9f" in unknown.text
 
 
+def test_uploads_have_a_badge_of_their_own_line(seeded: Any) -> None:
+    """A wheel has no branch: ``/badge/uploads.svg`` is the newest finished upload's verdict; a
+    branch named ``uploads`` is still found under ``refs/heads/``."""
+    svc, _ = seeded
+    items = loopback.get(f"{svc.url}/api/builds", params={"source": "wheel", "limit": 100})
+    want = next(b["verdict"] for b in items.json()["items"] if b["status"] == "finished")
+    commits = latest_finished(svc, "refs/heads/develop")
+    assert want != commits  # so the badge cannot be a branch's by chance
+    resp = loopback.get(f"{svc.url}/badge/uploads.svg")
+    assert resp.status_code == 200 and resp.headers["content-type"] == "image/svg+xml"
+    assert f'aria-label="fe-ci: {want}"' in resp.text, resp.text[:300]
+    branch = loopback.get(f"{svc.url}/badge/refs/heads/uploads.svg")
+    assert 'aria-label="fe-ci: unknown"' in branch.text
+
+
 def test_two_builds_side_by_side_and_a_missing_id(seeded: Any) -> None:
     svc, ids = seeded
     page = loopback.get(f"{svc.url}/compare", params={"a": ids["pass"], "b": ids["fail"]})

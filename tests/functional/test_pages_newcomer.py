@@ -5,12 +5,15 @@ of one version told apart, the favicon, an empty trends page."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from sqlalchemy.orm import Session
 
 from service.db import make_engine
+from service.models import Build, Job, StageRow
 from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.service import Service, service_env
@@ -63,6 +66,10 @@ def test_the_api_page_renders_with_no_network_beyond_the_service(seeded, offline
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "LICENSE"):
         assert loopback.get(f"{seeded.url}/static/swagger-ui/{asset}").status_code == 200
     assert loopback.get(f"{seeded.url}/redoc").status_code == 404
+    # and a way back to the dashboard
+    page.click("#back-to-dashboard a[href='/']")
+    page.wait_for_selector("#builds")
+    assert urlsplit(page.url).path == "/"
 
 
 def test_the_grid_fits_a_1400px_window_under_its_header(seeded, offline_page) -> None:  # type: ignore[no-untyped-def]
@@ -117,5 +124,36 @@ def test_an_empty_trends_page_says_drift_needs_a_gpu_runner(service: Service, br
         assert "newest 0" not in text, text
         empty = page.locator("#trends-empty").inner_text()
         assert "GPU runner" in empty and "sm_90" in empty, empty
+        assert page.locator("#trend-durations").count() == 0  # no stage has run either
+    finally:
+        page.close()
+
+
+def test_trends_without_drift_draw_the_newest_builds_stage_times(service: Service, browser) -> None:  # type: ignore[no-untyped-def]
+    """Three CPU-only builds (install, probe, refusal; no determinism run, so no drift): the
+    stage durations are drawn across them, one point per build and stage."""
+    engine = make_engine(f"sqlite:///{service.data_dir / 'fe-ci.sqlite3'}")
+    with Session(engine) as session:
+        for n in range(3):
+            at = datetime(2026, 11, 20 + n, 9, tzinfo=UTC)
+            build = Build(source="wheel", version=f"1.3{n}.0", created_at=at, finished_at=at)
+            job = Job(kind="cpu", state="finished", build=build)
+            session.add_all([build, job])
+            session.flush()
+            for stage, seconds in (("install", 10.0 + n), ("probe", 2.0), ("refusal", 3.0)):
+                session.add(StageRow(job_id=job.id, name=stage, status="pass", duration_s=seconds))
+        session.commit()
+    engine.dispose()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{service.url}/trends")
+        assert page.locator("#trends-empty").is_visible()  # still: no drift measured
+        section = page.locator("#trend-durations")
+        assert "since none measured drift" in section.inner_text()
+        captions = section.locator("figcaption").all_inner_texts()
+        assert captions == ["install (s)", "probe (s)", "refusal (s)"], captions
+        points = section.locator("figure").first.locator("circle title").all_text_contents()
+        assert len(points) == 3 and all(p.endswith(" s") for p in points), points
+        assert "1.30.0" in section.inner_text() and "1.32.0" in section.inner_text()
     finally:
         page.close()

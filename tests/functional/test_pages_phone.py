@@ -76,6 +76,7 @@ def test_the_controls_send_the_token_only_in_a_header(
         page.fill(".control-token", "not-the-token")
         page.click("#cancel-build")
         page.wait_for_selector(".control-result:has-text('unauthorized')")
+        assert page.input_value(".control-token") == ""  # a refused token is not kept
         page.fill(".control-token", SUBMIT)
         page.click("#cancel-build")
         page.wait_for_selector("#rerun-build")  # reloaded: cancelled, so it can be rerun

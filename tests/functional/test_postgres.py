@@ -284,3 +284,27 @@ def test_eight_runner_processes_race_for_48_jobs_and_each_runs_once(
     }
     summary = loopback.get(f"{services[1].url}/api/builds", params={"limit": 200}).json()
     assert {b["status"] for b in summary["items"]} == {"finished"}
+
+
+def test_the_grid_reads_each_builds_stored_gate(start: StartService, database: str) -> None:
+    """Under required checks other than ``all`` the grid's gate column is read out of the stored
+    reports' JSON (``service/web/queries.py::gates_of``): the same on both stores."""
+    from service.db import make_engine
+    from testkit.dashboard_data import seed_all
+
+    svc = start(FE_CI_REQUIRE="sm_90")
+    seeding = make_engine(database)
+    try:
+        ids = seed_all(seeding, history=0)
+    finally:
+        seeding.dispose()
+    names = ("pass", "fail", "incomplete")
+    for _ in range(2):  # first judged and stored under sm_90, then read from the stored JSON
+        grid = loopback.get(f"{svc.url}/").text
+        for name in names:
+            build_id = ids[name]
+            row = grid.split(f'id="build-{build_id}"', 1)[1].split("</tr>", 1)[0]
+            cell = row.split('class="gate"', 1)[1].split("</td>", 1)[0]
+            gate = report(svc, build_id)["gate"]
+            assert gate["require"] == ["sm_90"]
+            assert cell.endswith(f">{gate['conclusion']}</span>"), (name, cell, gate)

@@ -28,6 +28,10 @@ async function runControl(button) {
     if (!resp.ok) {
       const err = body && body.error;
       out.textContent = err ? err.code + ": " + err.message : "HTTP " + resp.status;
+      if (resp.status === 401 || resp.status === 403) {
+        input.value = ""; // a refused token is not left in the field to be sent again
+        input.focus();
+      }
       return;
     }
     input.value = "";

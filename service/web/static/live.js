@@ -17,7 +17,7 @@ function renderJobs(list, snap) {
     li.dataset.job = job.id;
     const label = document.createElement("strong");
     label.textContent = job.label;
-    li.append(label, " ", stateSpan(job.state, job.state, ""));
+    li.append(label, " ", stateSpan(job.state, job.state, job.reason || ""));
     let tail = job.runner ? " on " + job.runner : "";
     tail += " · attempt " + job.attempt + " · " + job.done + "/" + job.total + " stages:";
     li.append(tail);
