@@ -11,7 +11,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
-from packaging.version import InvalidVersion, Version
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -21,7 +20,6 @@ from core.verdict import NOT_RUN
 from core.wire import STAGE_ORDER, Stage
 from service.deps import SessionDep
 from service.models import (
-    Build,
     CheckRow,
     ComparisonPin,
     DeterminismRecord,
@@ -29,6 +27,7 @@ from service.models import (
     StageRow,
     StoredDriftRow,
 )
+from service.web import trend_axis
 from service.web.templating import templates, timed
 
 router = APIRouter(include_in_schema=False)
@@ -132,33 +131,9 @@ class Chart:
         return not self.series and not self.marks
 
 
-def recent_builds(session: Session, limit: int) -> list[int]:
-    """The newest builds that measured drift, oldest first (the charts' x axis)."""
-    ids = session.scalars(
-        select(StoredDriftRow.build_id)
-        .distinct()
-        .order_by(StoredDriftRow.build_id.desc())
-        .limit(limit)
-    )
-    return sorted(ids)
-
-
 def _colour(cell: str | None) -> str:
     """A cell's colour is its family's (``core.cells``: ``sm_90-cudnn9.28.1`` is sm_90's)."""
     return FAMILY_COLOURS.get(cells.family_of(cell), "#556070")
-
-
-def timed_builds(session: Session, limit: int) -> list[int]:
-    """The newest builds with a stage that reported a duration, oldest first: the stage
-    durations' axis when no build measured drift."""
-    ids = session.scalars(
-        select(Job.build_id)
-        .join(StageRow, StageRow.job_id == Job.id)
-        .distinct()
-        .order_by(Job.build_id.desc())
-        .limit(limit)
-    )
-    return sorted(ids)
 
 
 def control_chart(session: Session, subject: str, builds: list[int]) -> Chart:
@@ -330,36 +305,6 @@ def duration_charts(session: Session, builds: list[int]) -> list[Chart]:
     return charts
 
 
-def versions(session: Session, builds: list[int]) -> dict[int, str]:
-    rows = session.execute(select(Build.id, Build.version).where(Build.id.in_(builds)))
-    return {i: v or "?" for i, v in rows}
-
-
-def axis_labels(session: Session, builds: list[int]) -> dict[int, tuple[str, str]]:
-    """Per build, the x axis's two lines: its version, short (a commit build's short sha where
-    it reported none), and the day it was submitted."""
-    rows = session.execute(
-        select(Build.id, Build.version, Build.commit, Build.created_at).where(Build.id.in_(builds))
-    )
-    return {
-        i: (_short(v) if v else (c[:7] if c else f"#{i}"), f"{at:%b %d}" if at else "")
-        for i, v, c, at in rows
-    }
-
-
-def _short(version: str) -> str:
-    """A version short enough for the axis (about 70 px a tick): as it is up to 9 characters,
-    else its release and an ellipsis (``1.37.2…`` for ``1.37.2.dev20261227+g11ab``); the whole
-    of it is in the builds table below."""
-    public = version.split("+", 1)[0]
-    if len(public) <= 9:
-        return public
-    try:
-        return Version(public).base_version + "…"
-    except InvalidVersion:
-        return public[:8] + "…"
-
-
 @router.get("/trends", response_class=HTMLResponse)
 def read_trends(
     request: Request,
@@ -368,7 +313,7 @@ def read_trends(
 ) -> HTMLResponse:
     """Drift and durations across the newest builds, per subject."""
     started = time.perf_counter()
-    ids = recent_builds(session, builds)
+    ids = trend_axis.recent_builds(session, builds)
     charts = defaultdict(list)
     starts: dict[str, list[tuple[int, ComparisonPin, str]]] = {}
     if ids:
@@ -379,9 +324,9 @@ def read_trends(
                 cost_chart(session, name, ids),
             ]
             starts[name] = series_starts(session, name, ids)
-    on_axis = ids or timed_builds(session, builds)  # stage times show without drift too
+    on_axis = ids or trend_axis.timed_builds(session, builds)  # stage times show without drift too
     durations = duration_charts(session, on_axis) if on_axis else []
-    labels = axis_labels(session, on_axis) if on_axis else {}
+    labels = trend_axis.axis_labels(session, on_axis) if on_axis else {}
     for chart in [*durations, *(c for group in charts.values() for c in group)]:
         chart.labels = labels
     response = templates.TemplateResponse(
@@ -391,7 +336,7 @@ def read_trends(
             "ids": ids,
             "charts": dict(charts),
             "durations": durations,
-            "versions": versions(session, ids),
+            "versions": trend_axis.versions(session, ids),
             "bits": bits_by_build(session, ids) if ids else {},
             "series_starts": starts,
             "limit": builds,

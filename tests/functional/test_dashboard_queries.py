@@ -22,7 +22,7 @@ from core.subjects import SUBJECTS
 from service.config import Settings
 from service.db import make_engine
 from service.models import Job, Runner, utcnow
-from service.web import runners, trends
+from service.web import runners, trend_axis, trends
 from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.dashboard_data.rows import Ctx, Seeder
@@ -89,7 +89,7 @@ def test_trends_reads_each_subjects_control_arm_by_the_shown_builds(
     _, engine = seeded
 
     def read(session: Session) -> None:
-        ids = trends.recent_builds(session, 40)
+        ids = trend_axis.recent_builds(session, 40)
         assert ids
         for name in SUBJECTS:
             trends.control_chart(session, name, ids)
@@ -115,13 +115,13 @@ def test_the_whole_trends_page_never_scans_a_results_table(
     _, engine = seeded
 
     def read(session: Session) -> None:
-        ids = trends.recent_builds(session, 40)
+        ids = trend_axis.recent_builds(session, 40)
         for name in SUBJECTS:
             trends.control_chart(session, name, ids)
             trends.deterministic_chart(session, name, ids)
             trends.cost_chart(session, name, ids)
         trends.duration_charts(session, ids)
-        trends.versions(session, ids)
+        trend_axis.versions(session, ids)
         trends.bits_by_build(session, ids)
 
     found = plans(engine, read)
