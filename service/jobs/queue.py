@@ -15,7 +15,7 @@ from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobOutcome, JobState, Stage
 from service.config import Settings
 from service.db import locks_rows
-from service.jobs import transitions
+from service.jobs import capable, transitions
 from service.jobs.refusal_reuse import gpu_stages
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 from service.results import events
@@ -31,22 +31,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def alive_families(session: Session, settings: Settings, now: datetime) -> list[str]:
-    """Families of the runners seen within two lease periods (what ``auto`` covers)."""
-    since = now - settings.alive_window
-    rows = session.scalars(
-        select(Runner.family)
-        .where(Runner.family.is_not(None), Runner.revoked_at.is_(None))
-        .where(Runner.offline_at.is_(None))
-        .where(Runner.last_seen_at >= since)
-        .distinct()
-    )
-    return sorted(f for f in rows if f)
-
-
 def gpu_families(session: Session, settings: Settings, now: datetime) -> list[str]:
     if settings.gpu_archs == ["auto"]:
-        return alive_families(session, settings, now)
+        return capable.alive_families(session, settings, now)
     return sorted({f for f in settings.gpu_archs if f != "auto"})
 
 
