@@ -83,10 +83,10 @@ def create_jobs(
     return jobs
 
 
-def announce(session: Session, build: Build) -> None:
+def announce(session: Session, build: Build, reactions: events.Reactions) -> None:
     """A new build: store its first verdict (pending); a commit build's statuses go out."""
     session.flush()
-    events.job_changed(session, build.id)
+    events.job_changed(session, build.id, reactions)
 
 
 def reuse_artifact(session: Session, build: Build) -> bool:
@@ -147,7 +147,9 @@ def seen_claiming(session: Session, runner_id: int, since: datetime) -> Runner |
     return runner
 
 
-def give_up_leases(session: Session, runner_id: int, keep: set[int]) -> list[int]:
+def give_up_leases(
+    session: Session, runner_id: int, keep: set[int], reactions: events.Reactions
+) -> list[int]:
     """End the attempts leased to a runner that gave them up (it restarted, or is stopping),
     but for the jobs in ``keep`` (it holds their results); the ids of the jobs handed back.
 
@@ -164,11 +166,13 @@ def give_up_leases(session: Session, runner_id: int, keep: set[int]) -> list[int
             "event=lease_given_up job=%s attempt=%s state=%s", job.id, job.attempt, job.state
         )
     for build_id in sorted({job.build_id for job in handed}):
-        events.job_changed(session, build_id)
+        events.job_changed(session, build_id, reactions)
     return [job.id for job in handed]
 
 
-def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) -> None:
+def hand_back(
+    sessions: sessionmaker[Session], job_id: int, lease_token: str, reactions: events.Reactions
+) -> None:
     """A lease that never reached its runner (the claim's client was gone): the same attempt is
     queued again, as if never taken."""
     with sessions() as session:
@@ -180,7 +184,7 @@ def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) ->
             return
         transitions.requeue(job, next_attempt=False)
         log.info("event=lease_handed_back job=%s (the claim's client was gone)", job.id)
-        events.job_changed(session, job.build_id)
+        events.job_changed(session, job.build_id, reactions)
         session.commit()
 
 
@@ -198,7 +202,7 @@ def hold_writes(session: Session) -> None:
         )
 
 
-def sweep(session: Session, now: datetime | None = None) -> int:
+def sweep(session: Session, reactions: events.Reactions, now: datetime | None = None) -> int:
     """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
     now = now or utcnow()
     changed = 0
@@ -228,7 +232,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
     if changed:
         session.flush()
         for build_id in sorted({j.build_id for j in (*expired, *overdue)}):  # one lock order
-            events.job_changed(session, build_id)
+            events.job_changed(session, build_id, reactions)
     return changed
 
 
@@ -270,14 +274,16 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
     return job, token
 
 
-def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> None:
+def cancel_build(
+    session: Session, build: Build, reactions: events.Reactions, reason: str = "cancelled"
+) -> None:
     """Queued jobs end; a running stage is stopped at its next heartbeat."""
     now = utcnow()
     build.cancelled_at = build.cancelled_at or now
     for job in session.scalars(select(Job).where(Job.build_id == build.id)):
         if job.state in OPEN_JOBS:
             transitions.end(job, JobOutcome.cancelled, reason, now)
-    events.job_changed(session, build.id)
+    events.job_changed(session, build.id, reactions)
 
 
 def release_waiting(session: Session, build: Build) -> None:

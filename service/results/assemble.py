@@ -10,7 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from core import assemble as assembler
-from core import gate
 from core.verdict import OPEN_JOBS
 from core.wire import (
     BuildReport,
@@ -128,7 +127,9 @@ def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
     return assembler.merge_capabilities(capabilities_of(rows))
 
 
-def build_report(session: Session, build: Build) -> BuildReport:
+def build_report(session: Session, build: Build, settings: Settings) -> BuildReport:
+    """The report from the rows as they stand, its gate judged by ``settings.require`` and a
+    queued job's wait by the runners alive within ``settings.alive_window``."""
     jobs = session.scalars(
         select(Job)
         .where(Job.build_id == build.id)
@@ -137,8 +138,6 @@ def build_report(session: Session, build: Build) -> BuildReport:
         )
         .order_by(Job.id)
     ).all()
-    settings = session.info.get("settings")
-    require = settings.require if isinstance(settings, Settings) else [gate.ALL]
     fleet = _fleet(session, settings, jobs)
     job_reports = [
         JobReport(
@@ -177,7 +176,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         jobs=job_reports,
         history=history_rows(session, build.id),
     )
-    return assembler.assemble(head, _reported(session, build.id, jobs), require)
+    return assembler.assemble(head, _reported(session, build.id, jobs), settings.require)
 
 
 def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler.Reported:
@@ -215,9 +214,9 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
     )
 
 
-def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
+def _fleet(session: Session, settings: Settings, jobs: Iterable[Job]) -> set[str] | None:
     """The alive runners' capabilities, looked up only when a job is queued."""
-    if not isinstance(settings, Settings) or not any(j.state == JobState.queued for j in jobs):
+    if not any(j.state == JobState.queued for j in jobs):
         return None
     return capable.alive(session, settings, utcnow())
 

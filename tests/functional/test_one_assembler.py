@@ -24,6 +24,7 @@ from core.wire import (
 )
 from runner.pipeline.localreport import local_report
 from runner.pipeline.stage_results import Result
+from service.config import Settings
 from service.db import make_engine, migrate
 from service.models import Build, Job
 from service.results.assemble import build_report, store_stage
@@ -84,7 +85,7 @@ def test_the_service_and_validate_assemble_the_same_report(session: Session) -> 
         store_stage(session, job, stage)
     job.state = "finished"
     session.flush()
-    service = build_report(session, build)
+    service = build_report(session, build, Settings())
 
     result = Result(stages=stages, capabilities={"sdpa_bwd": UNREAD}, version="1.32.0")
     local = local_report(result, wheel=None, family=None, version="1.32.0")
