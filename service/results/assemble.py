@@ -79,26 +79,34 @@ def stored(model: type[M], **values: Any) -> M:
     return model.model_construct(**{k: v for k, v in values.items() if k in model.model_fields})
 
 
-# A stage's own values that its row keeps column for column (name, status, reason, duration,
-# version, log tail, timings, ...): a field added to both is stored and read with no change here.
-_STAGE_COLUMNS = frozenset(StageResult.model_fields) & set(StageRow.__table__.columns.keys())
-# typed on the way out, cut on the way in, NULL in old rows, or the build's rather than the job's
-_STAGE_APART = frozenset({"name", "status", "log_tail", "surface", "timings"})
+# What a stage carried that the report shows once per build, from the tables (findings,
+# capabilities, drift, refusal rows) and the first probe (surface), not under the stage.
+_CARRIED = frozenset({"findings", "capabilities", "drift", "refusal", "surface"})
+STORED_LOG_TAIL = 4000  # the end of a stage's log its stored result keeps
+
+
+def stage_document(result: StageResult) -> dict[str, Any]:
+    """A stage's result as it is stored whole (``StageRow.result``)."""
+    document = result.model_dump(mode="json")
+    document["log_tail"] = result.log_tail[-STORED_LOG_TAIL:]
+    return document
 
 
 def _stage_result(row: StageRow) -> StageResult:
-    """A stored stage as the report's job shows it (its surface is the build's, not the job's)."""
+    """A stored stage as the report's job shows it: its stored result but what it carried. A
+    field added to ``StageResult`` is stored and read with no change here."""
+    document = row.result
     return stored(
         StageResult,
-        **{k: getattr(row, k) for k in _STAGE_COLUMNS - _STAGE_APART},
-        timings=row.timings or {},  # NULL in a row older than the column's default
-        name=Stage(row.name),
-        status=Status(row.status),
-        log_tail=row.log_tail,
-        checks=[
-            stored(Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
-            for c in row.checks
-        ],
+        **{
+            **{k: v for k, v in document.items() if k not in _CARRIED},
+            "name": Stage(row.name),
+            "status": Status(row.status),
+            "checks": [
+                stored(Check, **{**c, "status": Status(c["status"])})
+                for c in document.get("checks", ())
+            ],
+        },
     )
 
 
@@ -133,9 +141,7 @@ def build_report(session: Session, build: Build, settings: Settings) -> BuildRep
     jobs = session.scalars(
         select(Job)
         .where(Job.build_id == build.id)
-        .options(
-            selectinload(Job.stage_rows).selectinload(StageRow.checks), selectinload(Job.runner)
-        )
+        .options(selectinload(Job.stage_rows), selectinload(Job.runner))
         .order_by(Job.id)
     ).all()
     fleet = _fleet(session, settings, jobs)
@@ -259,11 +265,11 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         return old
     row = StageRow(
         job_id=job.id,
-        **result.model_dump(include=set(_STAGE_COLUMNS - _STAGE_APART)),
-        timings=result.timings,
         name=result.name,
         status=result.status,
-        log_tail=result.log_tail[-4000:],
+        reason=result.reason,
+        duration_s=result.duration_s,
+        result=stage_document(result),
         surface=[k.model_dump() for k in result.surface],
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)

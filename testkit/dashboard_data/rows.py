@@ -174,6 +174,17 @@ class Ctx:
         log: str = "",
         version: str | None = None,
     ) -> int:
+        result = {
+            "name": name,
+            "status": status,
+            "reason": reason,
+            "duration_s": duration,
+            "checks": [
+                {"name": c, "status": cs, "detail": d, "metrics": {}} for c, cs, d in checks or []
+            ],
+            "version": version,
+            "log_tail": log,
+        }
         stage_id = self.s.add(
             StageRow,
             job_id=job_id,
@@ -181,8 +192,7 @@ class Ctx:
             status=status,
             reason=reason,
             duration_s=duration,
-            version=version,
-            log_tail=log,
+            result=result,
             created_at=self.now - timedelta(minutes=20),
         )
         for check, check_status, detail in checks or []:

@@ -4,6 +4,7 @@ database made from the models (``migrate`` on an empty one) has the schema the r
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,7 @@ def _a_build_with_its_rows(url: str) -> None:
     with Session(engine) as session:
         build = Build(source="wheel", version="1.28.0", sha256="ab" * 32, filename="w.whl")
         job = Job(build=build, kind="cpu", state="finished", outcome="ran")
-        stage = StageRow(job=job, name="probe", status="passed")
+        stage = StageRow(job=job, name="probe", status="passed", result={"name": "probe"})
         stage.checks.append(CheckRow(name="probe.import", status="passed"))
         session.add_all([build, job, stage])
         session.flush()
@@ -284,3 +285,71 @@ def test_a_downgrade_keeps_the_rows_that_belong_to_jobs(database: str) -> None:
     assert _counts(database, ("builds", "jobs", *JOB_ROWS)) == dict.fromkeys(
         ("builds", "jobs", *JOB_ROWS), 1
     )
+
+
+def test_0019_keeps_each_stage_whole_and_gives_its_columns_back(database: str) -> None:
+    """A store from before 0019: each stage's own fields and checks become its stored result,
+    and a downgrade gives the columns back as they were."""
+    command.upgrade(alembic_config(database), "0016")
+    now = "2026-12-01 00:00:00"
+    engine = create_engine(database)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO builds (id, source, created_at, verdict, verdict_reason)"
+                " VALUES (1, 'wheel', :now, 'pass', '')"
+            ),
+            {"now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, build_id, kind, stages, state, reason, attempt,"
+                " environment, created_at)"
+                " VALUES (1, 1, 'cpu', '[]', 'finished', '', 1, '{}', :now)"
+            ),
+            {"now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO stages (id, job_id, name, status, reason, duration_s, version,"
+                " log_tail, timings, surface, created_at) VALUES (1, 1, 'probe', 'pass', 'ok',"
+                " 1.5, '1.28.0', 'the end', '{\"import_s\": 0.25}', '[]', :now)"
+            ),
+            {"now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO checks (stage_id, name, status, detail, metrics)"
+                " VALUES (1, 'sdpa_bwd.knob', 'pass', 'found', '{}')"
+            )
+        )
+    engine.dispose()
+
+    command.upgrade(alembic_config(database), "head")
+    assert {"version", "log_tail", "timings"}.isdisjoint(
+        c[0] for c in schema(database)["stages"]["columns"]
+    )
+    engine = create_engine(database)
+    with engine.connect() as conn:
+        (stored,) = conn.execute(text("SELECT result FROM stages")).scalars()
+    engine.dispose()
+    stored = json.loads(stored) if isinstance(stored, str) else stored
+    assert stored == {
+        "name": "probe",
+        "status": "pass",
+        "reason": "ok",
+        "duration_s": 1.5,
+        "checks": [{"name": "sdpa_bwd.knob", "status": "pass", "detail": "found", "metrics": {}}],
+        "surface": [],
+        "version": "1.28.0",
+        "log_tail": "the end",
+        "timings": {"import_s": 0.25},
+    }
+
+    command.downgrade(alembic_config(database), "0016")
+    engine = create_engine(database)
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT version, log_tail, timings FROM stages")).one()
+    engine.dispose()
+    timings = json.loads(row.timings) if isinstance(row.timings, str) else row.timings
+    assert (row.version, row.log_tail, timings) == ("1.28.0", "the end", {"import_s": 0.25})

@@ -1,0 +1,121 @@
+"""stages: ``result``, the stage's result stored whole (the ``StageResult`` the runner posted);
+``version``, ``log_tail`` and ``timings``, which only the report read, are read from it and
+dropped as columns. Existing rows get a result made of their own fields and checks.
+
+Revision ID: 0019
+Revises: 0016
+Create Date: 2026-12-05 07:10:00.000000
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0019"
+down_revision: str | None = "0016"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+# the tables as this revision reads and writes them (never the models, which move on)
+_STAGES = sa.table(
+    "stages",
+    sa.column("id", sa.Integer),
+    sa.column("name", sa.String),
+    sa.column("status", sa.String),
+    sa.column("reason", sa.Text),
+    sa.column("duration_s", sa.Float),
+    sa.column("version", sa.String),
+    sa.column("log_tail", sa.Text),
+    sa.column("timings", sa.JSON),
+    sa.column("surface", sa.JSON),
+    sa.column("result", sa.JSON),
+)
+_CHECKS = sa.table(
+    "checks",
+    sa.column("id", sa.Integer),
+    sa.column("stage_id", sa.Integer),
+    sa.column("name", sa.String),
+    sa.column("status", sa.String),
+    sa.column("detail", sa.Text),
+    sa.column("metrics", sa.JSON),
+)
+_BATCH = 500  # stage rows read and written at a time
+
+
+def _checks(conn: sa.Connection, stage_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i in stage_ids}
+    rows = conn.execute(
+        sa.select(_CHECKS).where(_CHECKS.c.stage_id.in_(stage_ids)).order_by(_CHECKS.c.id)
+    )
+    for c in rows:
+        out[c.stage_id].append(
+            {"name": c.name, "status": c.status, "detail": c.detail, "metrics": c.metrics or {}}
+        )
+    return out
+
+
+def _batches(conn: sa.Connection, columns: list[Any]) -> Any:
+    last = 0
+    while True:
+        rows = conn.execute(
+            sa.select(*columns).where(_STAGES.c.id > last).order_by(_STAGES.c.id).limit(_BATCH)
+        ).all()
+        if not rows:
+            return
+        yield rows
+        last = rows[-1].id
+
+
+def upgrade() -> None:
+    op.add_column("stages", sa.Column("result", sa.JSON(), nullable=True))
+    conn = op.get_bind()
+    c = _STAGES.c
+    columns = [c.id, c.name, c.status, c.reason, c.duration_s, c.version, c.log_tail, c.timings]
+    for rows in _batches(conn, [*columns, c.surface]):
+        checks = _checks(conn, [r.id for r in rows])
+        for r in rows:
+            result = {
+                "name": r.name,
+                "status": r.status,
+                "reason": r.reason,
+                "duration_s": r.duration_s,
+                "checks": checks[r.id],
+                "surface": r.surface or [],
+                "version": r.version,
+                "log_tail": r.log_tail,
+                "timings": r.timings or {},
+            }
+            conn.execute(sa.update(_STAGES).where(c.id == r.id).values(result=result))
+    with op.batch_alter_table("stages", schema=None) as batch_op:
+        batch_op.alter_column("result", existing_type=sa.JSON(), nullable=False)
+        batch_op.drop_column("version")
+        batch_op.drop_column("log_tail")
+        batch_op.drop_column("timings")
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("stages", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("version", sa.String(length=100), nullable=True))
+        batch_op.add_column(sa.Column("log_tail", sa.Text(), nullable=True))
+        batch_op.add_column(
+            sa.Column("timings", sa.JSON(), nullable=False, server_default=sa.text("'{}'"))
+        )
+    conn = op.get_bind()
+    c = _STAGES.c
+    for rows in _batches(conn, [c.id, c.result]):
+        for r in rows:
+            result = r.result or {}
+            conn.execute(
+                sa.update(_STAGES)
+                .where(c.id == r.id)
+                .values(
+                    version=result.get("version"),
+                    log_tail=(result.get("log_tail") or "")[-4000:],
+                    timings=result.get("timings") or {},
+                )
+            )
+    with op.batch_alter_table("stages", schema=None) as batch_op:
+        batch_op.alter_column("log_tail", existing_type=sa.Text(), nullable=False)
+        batch_op.drop_column("result")
