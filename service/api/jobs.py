@@ -18,7 +18,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
-from core.bounds import undeclared_configs
 from core.redaction import redact_text
 from core.wire import (
     ClaimRequest,
@@ -32,6 +31,7 @@ from core.wire import (
     Stage,
     StagePost,
 )
+from core.wire.results import undeclared_configs
 from service.deps import (
     IdPath,
     RunnerDep,
