@@ -327,6 +327,29 @@ def test_nothing_reaches_the_report_through_a_sessions_info() -> None:
     assert found == AFTER_COMMIT_MARKS
 
 
+def alive_queries(path: Path) -> bool:
+    """Whether ``path`` compares ``Runner.last_seen_at`` in a query (the "runner alive" rule)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return any(
+        isinstance(node, ast.Compare)
+        and any(
+            ast.unparse(side) == "Runner.last_seen_at" for side in (node.left, *node.comparators)
+        )
+        for node in ast.walk(tree)
+    )
+
+
+def test_the_runners_alive_are_queried_in_one_module() -> None:
+    """``service/jobs/capable.py::alive``: the queue's ``auto`` families, the waiting cells and
+    the report's waiting reasons all read it (it was queried in four places)."""
+    found = {
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        if alive_queries(path)
+    }
+    assert found == {"service/jobs/capable.py"}
+
+
 # ------------------------------------------------------------------ what a service start loads
 
 START = """
