@@ -37,7 +37,6 @@ from service.models.results import (
     FinishedReport,
     StageLog,
     StoredDriftRow,
-    StoredRefusalRow,
 )
 
 __all__ = [
@@ -61,7 +60,6 @@ __all__ = [
     "StageLog",
     "StageRow",
     "StoredDriftRow",
-    "StoredRefusalRow",
     "UTCDateTime",
     "WebhookDelivery",
     "utcnow",

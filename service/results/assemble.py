@@ -42,7 +42,6 @@ from service.models import (
     Job,
     StageRow,
     StoredDriftRow,
-    StoredRefusalRow,
     utcnow,
 )
 from service.results import reused_refusal
@@ -207,9 +206,10 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
             stored(DriftReport, **{**_columns(d), "family": families.get(d.job_id or 0)})
             for d in _rows(session, StoredDriftRow, build_id)
         ],
-        refusal=[
-            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)})
-            for r in _rows(session, StoredRefusalRow, build_id)
+        refusal=[  # each refusal stage's rows, in the order the stages were posted
+            stored(RefusalReport, **{**r, "job_id": row.job_id, "status": Status(r["status"])})
+            for row in sorted((s for j in jobs for s in j.stage_rows), key=lambda s: s.id)
+            for r in row.result.get("refusal") or ()
         ],
         surfaces=[
             [stored(SurfaceKnob, **k) for k in row.surface]
@@ -284,8 +284,6 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
     for d in result.drift:
         session.add(StoredDriftRow(**ids, family=job.family, **d.model_dump()))
-    for r in result.refusal:
-        session.add(StoredRefusalRow(**ids, **r.model_dump()))
     if result.version and result.name in (Stage.install, Stage.probe):
         job.build.version = result.version
     return row

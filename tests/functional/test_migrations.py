@@ -202,8 +202,23 @@ JOB_ROWS = (
 )
 
 
+REFUSAL = {
+    "activation": "srelu",
+    "request": "env",
+    "scale_bias": False,
+    "fc1_bias": False,
+    "unit_scale": False,
+    "expected": "refuse",
+    "observed": "refuse",
+    "status": "pass",
+    "detail": "",
+    "call_kwargs": {},
+}
+
+
 def _a_build_with_its_rows(url: str) -> None:
-    """One build, its job, and one row of each of ``JOB_ROWS``, written through the models."""
+    """One build, its job, and one row of each of ``JOB_ROWS`` (a refusal row in its stage's stored
+    result, where it lives at head; a second stage, then), written through the models."""
     from sqlalchemy.orm import Session
 
     from service.models import (
@@ -215,7 +230,6 @@ def _a_build_with_its_rows(url: str) -> None:
         Job,
         StageRow,
         StoredDriftRow,
-        StoredRefusalRow,
     )
 
     engine = db.make_engine(url)
@@ -224,7 +238,8 @@ def _a_build_with_its_rows(url: str) -> None:
         job = Job(build=build, kind="cpu", state="finished", outcome="ran")
         stage = StageRow(job=job, name="probe", status="passed", result={"name": "probe"})
         stage.checks.append(CheckRow(name="probe.import", status="passed"))
-        session.add_all([build, job, stage])
+        refusal = StageRow(job=job, name="refusal", status="pass", result={"refusal": [REFUSAL]})
+        session.add_all([build, job, stage, refusal])
         session.flush()
         per_job = {"build_id": build.id, "job_id": job.id}
         session.add_all(
@@ -242,17 +257,6 @@ def _a_build_with_its_rows(url: str) -> None:
                     differing=0,
                     distinct=1,
                     finite=True,
-                ),
-                StoredRefusalRow(
-                    **per_job,
-                    activation="srelu",
-                    request="env",
-                    scale_bias=False,
-                    fc1_bias=False,
-                    unit_scale=False,
-                    expected="refuse",
-                    observed="refuse",
-                    status="passed",
                 ),
                 DeterminismRecord(**per_job, subject="s", key="k", bits="same"),
             ]
@@ -278,13 +282,19 @@ def test_a_downgrade_keeps_the_rows_that_belong_to_jobs(database: str) -> None:
     _a_build_with_its_rows(database)
     command.downgrade(alembic_config(database), "0007")
     assert head(database) == ["0007"]
-    assert _counts(database, ("builds", "jobs", *JOB_ROWS)) == dict.fromkeys(
-        ("builds", "jobs", *JOB_ROWS), 1
-    )
+    one_each = {**dict.fromkeys(("builds", "jobs", *JOB_ROWS), 1), "stages": 2}
+    assert _counts(database, ("builds", "jobs", *JOB_ROWS)) == one_each
     command.upgrade(alembic_config(database), "head")  # and back up, every row still there
-    assert _counts(database, ("builds", "jobs", *JOB_ROWS)) == dict.fromkeys(
-        ("builds", "jobs", *JOB_ROWS), 1
-    )
+    at_head = tuple(t for t in JOB_ROWS if t != "refusal_rows")
+    assert _counts(database, ("builds", "jobs", *at_head)) == {
+        t: n for t, n in one_each.items() if t != "refusal_rows"
+    }
+    engine = create_engine(database)
+    with engine.connect() as conn:
+        (kept,) = conn.execute(text("SELECT result FROM stages WHERE name = 'refusal'")).scalars()
+    engine.dispose()
+    kept = json.loads(kept) if isinstance(kept, str) else kept
+    assert kept["refusal"] == [REFUSAL]
 
 
 def test_0019_keeps_each_stage_whole_and_gives_its_columns_back(database: str) -> None:

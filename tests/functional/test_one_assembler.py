@@ -143,8 +143,11 @@ def test_a_stage_is_stored_whole_and_the_report_shows_it_as_posted(session: Sess
 
 def test_the_stages_columns_are_what_is_queried_across_builds() -> None:
     """Beside the stored document, a stage's row keeps as columns only what the grid, the trends
-    and the line's feature regressions query across builds: a new stage field needs no column."""
-    from service.models import StageRow
+    and the line's feature regressions query across builds: a new stage field needs no column,
+    and what only the report reads (the refusal rows) has no table of its own."""
+    from service.models import Base, StageRow
+
+    assert "refusal_rows" not in Base.metadata.tables
 
     columns = set(StageRow.__table__.columns.keys())
     assert columns & set(StageResult.model_fields) == {
