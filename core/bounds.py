@@ -24,14 +24,11 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StringConstraints
 
 from core.subjects import SUBJECTS
-
-if TYPE_CHECKING:
-    from core.wire import StageResult
 
 TEXT_CHARS = 8192  # reasons, details, messages, errors: a few KB, well past any honest one
 LOG_CHARS = 16384  # a log tail (the runner keeps 4,000 bytes of one)
@@ -222,11 +219,3 @@ def undeclared(subject: str, names: Iterable[object]) -> Undeclared | None:
         if known is None or name not in known:
             return Undeclared(subject[:SHORT_CHARS], str(name)[:NAME_CHARS], known)
     return None
-
-
-def undeclared_configs(result: StageResult) -> Undeclared | None:
-    """A config a check or drift row of ``result`` names that its subject does not declare: the
-    next lease of the family would otherwise start from whatever a runner made up."""
-    named = [(c.subject, config_names(c.metrics)) for c in result.checks]
-    named += [(d.subject, [d.config["name"]] if "name" in d.config else []) for d in result.drift]
-    return next((bad for subject, names in named if (bad := undeclared(subject, names))), None)

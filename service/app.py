@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -19,13 +19,16 @@ from starlette.requests import ClientDisconnect
 from service import body_limits, db, doors, headers, openapi
 from service.api import bisections, builds, jobs, pins, runners, validate, webhooks
 from service.config import Settings, private_dir
-from service.deps import SessionDep, open_session, session_maker
+from service.deps import SessionDep
 from service.errors import ApiError
-from service.jobs import bisection_runs, queue, wake
+from service.jobs import bisection_runs, queue
+from service.jobs.wake import Wake
 from service.leader import Leader
 from service.outbound import github, notifications
+from service.results import events
+from service.state import ServiceState
 from service.uploads import blobsweep, client_limits, uploads
-from service.web import apidocs, views
+from service.web import apidocs, live_hub, views
 
 log = logging.getLogger("fe_ci.service")
 
@@ -67,38 +70,37 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(500, "internal_error", "internal error; see the service log")
 
 
-async def _sweeper(app: FastAPI) -> None:
-    settings: Settings = app.state.settings
+async def _sweeper(state: ServiceState) -> None:
     while True:
-        await asyncio.sleep(settings.sweep_interval_s)
+        await asyncio.sleep(state.settings.sweep_interval_s)
         try:
-            if not await asyncio.to_thread(app.state.leader.holds):
+            if not await asyncio.to_thread(state.leader.holds):
                 continue  # another replica does the periodic work
-            changed = await asyncio.to_thread(_sweep_once, app)
+            changed = await asyncio.to_thread(_sweep_once, state)
             if changed:
-                wake.queue_changed(app)
-            app.state.bisect.kick()  # also picks up what a restart interrupted
-            app.state.notifier.kick()  # notifications due again, or left by a restart
+                state.wake.queue_changed()
+            state.bisect.kick()  # also picks up what a restart interrupted
+            state.notifier.kick()  # notifications due again, or left by a restart
         except Exception:
             log.exception("event=sweep_failed")
 
 
-def _sweep_once(app: FastAPI) -> int:
-    with open_session(app) as session:
-        changed = queue.sweep(session)
+def _sweep_once(state: ServiceState) -> int:
+    with state.sessions() as session:
+        changed = queue.sweep(session, state.reactions)
         session.commit()
         return changed
 
 
-async def _blob_sweeper(app: FastAPI) -> None:
+async def _blob_sweeper(state: ServiceState) -> None:
     """Its own loop: it only reads the database, so a writer holding the lock never stalls it."""
-    settings: Settings = app.state.settings
+    settings = state.settings
     while True:
         await asyncio.sleep(settings.sweep_interval_s)
         try:
-            if not await asyncio.to_thread(app.state.leader.holds):
+            if not await asyncio.to_thread(state.leader.holds):
                 continue
-            await asyncio.to_thread(_sweep_blobs, session_maker(app), settings, "periodic")
+            await asyncio.to_thread(_sweep_blobs, state.sessions, settings, "periodic")
         except Exception:
             log.exception("event=blob_sweep_failed")
 
@@ -108,6 +110,35 @@ def _sweep_blobs(sessions: sessionmaker[Session], settings: Settings, where: str
         blobsweep.sweep_orphans(session, settings.data_dir, settings.orphan_grace_s, where=where)
 
 
+def _state(settings: Settings, engine: Engine, sessions: sessionmaker[Session]) -> ServiceState:
+    """The app's one state, and every listener registered here, where it can be seen: what a
+    job's change of state sets off (the GitHub reporter, the bisection driver, the notifications
+    outbox) and what each sends or starts once the transaction that asked for it commits."""
+    reporter = github.StatusReporter(settings)
+    reactions = events.Reactions(settings, reporter=reporter)
+    wake = Wake()
+    bisect = bisection_runs.Driver(reactions, sessions, on_queued=wake.queue_changed)
+    notifier = notifications.Notifier(settings, sessions)
+    reactions.listen(bisect.build_finished)
+    if notifier.enabled:
+        reactions.listen(notifier.build_finished)
+    reporter.install(sessions)
+    bisect.install()
+    notifier.install()
+    return ServiceState(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        reactions=reactions,
+        notifier=notifier,
+        bisect=bisect,
+        wake=wake,
+        leader=Leader(engine),  # which replica does the periodic work
+        held=client_limits.Held(settings),
+        live_slots=live_hub.StreamSlots(settings.max_streams, settings.max_streams_per_client),
+    )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = (settings or Settings()).with_generated_tokens()
     private_dir(settings.data_dir)
@@ -115,18 +146,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = db.make_engine(settings.url)
     uploads.sweep_tmp(settings.data_dir)
     sessions = db.session_factory(engine)
-    sessions.configure(info={"settings": settings})  # the report reads FE_CI_REQUIRE
     _sweep_blobs(sessions, settings, "startup")
+    state = _state(settings, engine, sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = [*wake.start(app, engine)]
-        tasks += [asyncio.create_task(_sweeper(app)), asyncio.create_task(_blob_sweeper(app))]
+        tasks = state.wake.start(asyncio.get_running_loop(), engine)
+        tasks += [asyncio.create_task(_sweeper(state)), asyncio.create_task(_blob_sweeper(state))]
         if settings.watch:  # imported here: httpx only where something is fetched or posted
             from service.watch import releases
 
-            watcher = releases.Watcher(settings, sessions, lambda: wake.queue_changed(app))
-            tasks.append(asyncio.create_task(releases.run(watcher, app.state.leader)))
+            watcher = releases.Watcher(
+                settings,
+                sessions,
+                lambda session, build: queue.announce(session, build, state.reactions),
+                state.wake.queue_changed,
+            )
+            tasks.append(asyncio.create_task(releases.run(watcher, state.leader)))
         try:
             yield
         finally:
@@ -134,26 +170,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            wake.stop(app)
-            await asyncio.to_thread(app.state.leader.release)
+            state.wake.stop()
+            await asyncio.to_thread(state.leader.release)
             engine.dispose()
 
     app = FastAPI(title="fe-ci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.settings = settings
+    state.install(app)  # deps.StateDep and state.of read it
     doors.install(app)  # innermost: a token is checked from the headers before the route runs
     body_limits.install(app)  # so the body deadline wraps what it reads
     client_limits.install(app, settings)
     app.add_middleware(headers.HeadAndHeaders)
-    app.state.engine = engine
-    app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
-    app.state.leader = Leader(engine)  # which replica does the periodic work
-    github.StatusReporter(settings).install(sessions)
-    app.state.notifier = notifications.Notifier(settings, sessions)
-    app.state.notifier.install()
-    app.state.bisect = bisection_runs.Driver(
-        settings, sessions, on_queued=lambda: wake.queue_changed(app)
-    )
-    app.state.bisect.install()
     install_error_handlers(app)
     app.include_router(validate.router)
     app.include_router(builds.router)

@@ -1,5 +1,5 @@
-"""Request dependencies: settings, the one session per request, and who is calling; and
-``open_session``, the one way to a session outside a request's own."""
+"""Request dependencies: the app's state and settings, the one session per request, and who is
+calling; and ``open_session``, the one way to a session outside a request's own."""
 
 from __future__ import annotations
 
@@ -12,21 +12,25 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 
+from service import state
 from service.config import Settings
 from service.errors import Forbidden, Unauthorized
 from service.jobs.queue import hash_token
 from service.models import Runner, utcnow
+from service.state import ServiceState
+
+
+def get_state(request: Request) -> ServiceState:
+    return state.of(request.app)
 
 
 def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return state.of(request.app).settings
 
 
 def session_maker(app: Starlette) -> sessionmaker[Session]:
     """The app's session factory (set by ``create_app``), for work that opens its own sessions."""
-    sessions: sessionmaker[Session] = app.state.sessions
-    return sessions
+    return state.of(app).sessions
 
 
 def open_session(app: Starlette) -> Session:
@@ -41,6 +45,7 @@ def get_db(request: Request) -> Iterator[Session]:
         yield session
 
 
+StateDep = Annotated[ServiceState, Depends(get_state)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 # Row ids are INTEGER columns: 32 bits on Postgres, 64 on SQLite. A larger id in a URL is refused

@@ -142,3 +142,12 @@ class Environment(WireModel):
     libcudnn: dict[Word, Annotated[list[Name], Field(max_length=8)]] = Field(
         default_factory=dict, max_length=4
     )
+
+
+def undeclared_configs(result: StageResult) -> bounds.Undeclared | None:
+    """A config a check or drift row of ``result`` names that its subject does not declare: the
+    next lease of the family would otherwise start from whatever a runner made up."""
+    named = [(c.subject, bounds.config_names(c.metrics)) for c in result.checks]
+    named += [(d.subject, [d.config["name"]] if "name" in d.config else []) for d in result.drift]
+    found = (bounds.undeclared(subject, names) for subject, names in named)
+    return next((bad for bad in found if bad is not None), None)

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.bounds import fit, undeclared_configs
+from core.bounds import fit
 from core.wire import (
     LOG_MAX_CHARS,
     Capability,
@@ -21,6 +21,7 @@ from core.wire import (
     StageResult,
     Status,
 )
+from core.wire.results import undeclared_configs
 from runner.isolation import redact, sandbox
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from core.transitions import Question
-from service.deps import MAX_ID, IdPath, SessionDep, SubmitterDep
+from service.deps import MAX_ID, IdPath, SessionDep, StateDep, SubmitterDep
 from service.errors import Conflict, NotFound
-from service.jobs import bisection_runs, wake
+from service.jobs import bisection_runs
 from service.models import Bisection, BisectionStep, Build
 from service.openapi import errors
 
@@ -164,15 +164,15 @@ def read_bisection(session: SessionDep, bisection_id: IdPath) -> BisectionPublic
 
 @router.post("/{bisection_id}/cancel", response_model=BisectionPublic, responses=errors(409))
 def cancel_bisection(
-    request: Request, session: SessionDep, _submitter: SubmitterDep, bisection_id: IdPath
+    state: StateDep, session: SessionDep, _submitter: SubmitterDep, bisection_id: IdPath
 ) -> BisectionPublic:
     """Cancel a bisection and the step builds it still runs (submit token)."""
     found = get_bisection(session, bisection_id)
     if found.state not in (bisection_runs.OPEN, bisection_runs.RUNNING):
         raise Conflict(f"bisection {bisection_id} is already {found.state}")
-    with request.app.state.bisect.lock:  # the driver does not queue a step meanwhile
+    with state.bisect.lock:  # the driver does not queue a step meanwhile
         session.refresh(found)
-        bisection_runs.cancel(session, found)
+        bisection_runs.cancel(session, found, state.reactions)
         session.commit()
-    wake.queue_changed(request.app)
+    state.wake.queue_changed()
     return bisection_public(session, found)

@@ -18,16 +18,17 @@ from service.deps import (
     IdPath,
     SessionDep,
     SettingsDep,
+    StateDep,
     SubmitterDep,
-    open_session,
 )
 from service.errors import Conflict, NotFound
-from service.jobs import queue, quotas, reruns, wake
+from service.jobs import queue, quotas, reruns
 from service.models import Build, Job
 from service.openapi import errors
 from service.results import logs, stored_reports
 from service.results.assemble import build_report, summary
 from service.results.build_list import filtered_builds
+from service.state import ServiceState
 from service.uploads import uploads
 
 log = logging.getLogger("fe_ci.builds")
@@ -72,13 +73,14 @@ def get_build(session: SessionDep, build_id: int) -> Build:
     return build
 
 
-def _rendered(request: Request, build_id: int) -> stored_reports.Rendered:
-    with open_session(request.app) as session:
-        found = stored_reports.stored(session, build_id)
+def _rendered(state: ServiceState, build_id: int) -> stored_reports.Rendered:
+    require = state.settings.require
+    with state.sessions() as session:
+        found = stored_reports.stored(session, build_id, require)
         if found is not None:
             return found
-        report = build_report(session, get_build(session, build_id))
-        return stored_reports.keep_after_read(session, build_id, report)
+        report = build_report(session, get_build(session, build_id), state.settings)
+        return stored_reports.keep_after_read(session, build_id, report, require)
 
 
 @router.get(
@@ -86,29 +88,29 @@ def _rendered(request: Request, build_id: int) -> stored_reports.Rendered:
     response_model=BuildReport,
     responses={304: {"description": "not modified: the client's ETag is current"}},
 )
-async def read_build(request: Request, build_id: IdPath) -> Response:
+async def read_build(request: Request, state: StateDep, build_id: IdPath) -> Response:
     """One build's full report: capabilities, findings, jobs and stages, drift, refusal.
 
     With an ``ETag``; a finished build's report never changes and is served as stored.
     """
     rendered = stored_reports.MEMORY.get(build_id)  # a finished report, read before: no database
     if rendered is None:
-        rendered = await run_in_threadpool(_rendered, request, build_id)
+        rendered = await run_in_threadpool(_rendered, state, build_id)
     return stored_reports.respond(request, rendered)
 
 
 @router.post("/{build_id}/cancel", response_model=BuildReport, responses=errors(409))
 def cancel_build(
-    request: Request, session: SessionDep, _submitter: SubmitterDep, build_id: IdPath
+    state: StateDep, session: SessionDep, _submitter: SubmitterDep, build_id: IdPath
 ) -> BuildReport:
     """Cancel a build: queued jobs end, a running stage is stopped at its next heartbeat."""
     build = get_build(session, build_id)
     if build.finished_at is not None and build.cancelled_at is None:
         raise Conflict(f"build {build_id} already finished")
-    queue.cancel_build(session, build)
+    queue.cancel_build(session, build, state.reactions)
     session.commit()
-    wake.queue_changed(request.app)
-    return stored_reports.current(session, build)
+    state.wake.queue_changed()
+    return stored_reports.current(session, build, state.settings)
 
 
 @router.post(
@@ -118,19 +120,18 @@ def cancel_build(
     responses=errors(409, 429),
 )
 def rerun_build(
-    request: Request,
+    state: StateDep,
     session: SessionDep,
-    settings: SettingsDep,
     _submitter: SubmitterDep,
     build_id: IdPath,
 ) -> BuildAccepted:
     """Run a finished build again: a new build of the same wheel or commit, with fresh jobs."""
     build = get_build(session, build_id)
-    with quotas.admission(session, settings):
-        new = reruns.rerun_build(session, settings, build)
+    with quotas.admission(session, state.settings):
+        new = reruns.rerun_build(session, state.reactions, build)
         session.commit()
     log.info("event=build_rerun build=%s of=%s", new.id, build_id)
-    wake.queue_changed(request.app)
+    state.wake.queue_changed()
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
 
 
@@ -141,9 +142,8 @@ def rerun_build(
     responses=errors(409, 429),
 )
 def rerun_job(
-    request: Request,
+    state: StateDep,
     session: SessionDep,
-    settings: SettingsDep,
     _submitter: SubmitterDep,
     build_id: IdPath,
     job_id: IdPath,
@@ -154,11 +154,11 @@ def rerun_job(
     job = session.get(Job, job_id)
     if job is None or job.build_id != build.id:
         raise NotFound(f"build {build_id} has no job {job_id}")
-    with quotas.admission(session, settings):
-        new = reruns.rerun_job(session, settings, build, job)
+    with quotas.admission(session, state.settings):
+        new = reruns.rerun_job(session, state.reactions, build, job)
         session.commit()
     log.info("event=job_rerun build=%s of=%s job=%s", new.id, build_id, job_id)
-    wake.queue_changed(request.app)
+    state.wake.queue_changed()
     return BuildAccepted(build_id=new.id, url=f"/builds/{new.id}")
 
 
@@ -169,13 +169,14 @@ def rerun_job(
 )
 def read_build_logs(
     session: SessionDep,
+    settings: SettingsDep,
     build_id: IdPath,
     job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     stage: Stage | None = None,
 ) -> PlainTextResponse:
     """Every stage's runner log as text, each under a heading line (``job``, ``stage``: only
     those)."""
-    report = stored_reports.current(session, get_build(session, build_id))
+    report = stored_reports.current(session, get_build(session, build_id), settings)
     entries = logs.views(report, logs.of_build(session, build_id))
     entries = [
         e

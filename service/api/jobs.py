@@ -19,7 +19,6 @@ from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
 from core import cells
-from core.bounds import undeclared_configs
 from core.redaction import redact_text
 from core.wire import (
     ClaimRequest,
@@ -33,17 +32,20 @@ from core.wire import (
     Stage,
     StagePost,
 )
+from core.wire.results import undeclared_configs
 from service.deps import (
     IdPath,
     RunnerDep,
     SessionDep,
     SettingsDep,
+    StateDep,
     bearer,
+    get_settings,
+    get_state,
     open_session,
-    session_maker,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
-from service.jobs import queue, transitions, wake
+from service.jobs import queue, transitions
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
 from service.results import (
@@ -56,7 +58,7 @@ from service.results import (
     trust,
 )
 from service.results.assemble import store_stage
-from service.uploads import client_limits, uploads
+from service.uploads import uploads
 
 # Tagged with the runner routes: the protocol is one group in the API's documentation.
 router = APIRouter(prefix="/api", tags=["runners"])
@@ -94,7 +96,7 @@ def _lease(
         start_configs=start_configs,
         subjects=job.subjects,
         comparison=comparison,
-        trusted_source=trust.trusted_source(session, build, request.app.state.settings.repo_url),
+        trusted_source=trust.trusted_source(session, build, get_settings(request).repo_url),
         cell=job.cell,
         cudnn=cells.parse_requires(job.requires).get(cells.CUDNN),
     )
@@ -103,17 +105,18 @@ def _lease(
 def _claim_once(
     request: Request, runner_id: int, since: datetime
 ) -> JobLease | Literal["gone"] | None:
-    settings = request.app.state.settings
+    state = get_state(request)
+    settings = state.settings
     with open_session(request.app) as session:
         runner = queue.seen_claiming(session, runner_id, since)
         if runner is None:  # it said it is stopping while this claim waited
             session.commit()
             return "gone"
-        queue.sweep(session)
+        queue.sweep(session, state.reactions)
         got = queue.claim(session, runner, settings.lease_seconds)
         lease = _lease(request, session, *got, settings.lease_seconds) if got else None
         if got:
-            events.job_started(session, got[0].build_id)
+            events.job_started(session, got[0].build_id, state.reactions)
         session.commit()
         return lease
 
@@ -126,22 +129,24 @@ async def claim_job(request: Request, body: ClaimRequest, runner: RunnerDep) -> 
     while True:
         if await request.is_disconnected():
             return Response(status_code=204)  # nobody is left to take the answer
-        event = wake.current_event(request.app)
+        wake = get_state(request).wake
+        event = wake.current_event()
         lease = await run_in_threadpool(_claim_once, request, runner.id, since)
         if lease == "gone":
             return Response(status_code=204)
         if isinstance(lease, JobLease):
             if await request.is_disconnected():  # it left as the job was taken: hand it back
-                sessions = session_maker(request.app)
-                await run_in_threadpool(queue.hand_back, sessions, lease.job_id, lease.lease_token)
-                wake.queue_changed(request.app)
+                state = get_state(request)
+                handed = (state.sessions, lease.job_id, lease.lease_token, state.reactions)
+                await run_in_threadpool(queue.hand_back, *handed)
+                wake.queue_changed()
                 return Response(status_code=204)
             return lease
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
         try:  # woken by a change of the queue here or, on PostgreSQL, on another replica
-            recheck = wake.recheck_s(request.app)
+            recheck = wake.recheck_s()
             await asyncio.wait_for(event.wait(), timeout=min(remaining, recheck))
         except TimeoutError:
             pass
@@ -232,7 +237,7 @@ def finish_job(
     body: JobFinish,
     session: SessionDep,
     runner: RunnerDep,
-    settings: SettingsDep,
+    state: StateDep,
 ) -> dict[str, str]:
     """End the job; results posted after this are refused."""
     job = _leased_job(session, runner, job_id, body.lease_token, cancelled_ok=True)
@@ -240,7 +245,7 @@ def finish_job(
         return {"state": job.state}
     job.environment = body.environment.model_dump()
     if body.error:
-        secrets = logs.secret_values(settings, body.lease_token, bearer(request))
+        secrets = logs.secret_values(state.settings, body.lease_token, bearer(request))
         reason = f"error: {redact_text(body.error, secrets)}"
         transitions.end(job, JobOutcome.error, reason, utcnow())
     else:
@@ -250,9 +255,9 @@ def finish_job(
         queue.release_waiting(session, job.build)
     if job.kind == JobKind.gpu:
         remembered_configs.remember(session, job)
-    events.job_changed(session, job.build_id)
+    events.job_changed(session, job.build_id, state.reactions)
     session.commit()
-    wake.queue_changed(request.app)
+    state.wake.queue_changed()
     return {"state": job.state}
 
 
@@ -265,7 +270,7 @@ def download_wheel(
     build = job.build
     if build.sha256 is None or build.filename is None:
         raise NotFound(f"build {build.id} has no wheel yet")
-    path = uploads.blob_path(request.app.state.settings.data_dir, build.sha256)
+    path = uploads.blob_path(get_settings(request).data_dir, build.sha256)
     if not path.is_file():
         raise NotFound(f"the wheel of build {build.id} is missing from the store")
     session.commit()
@@ -283,10 +288,14 @@ async def upload_artifact(request: Request, job_id: IdPath, runner: RunnerDep) -
     token = request.headers.get("x-lease-token", "")
     python_tag = request.headers.get("x-python-tag", "")
     await run_in_threadpool(_check_build_lease, request, runner.id, job_id, token)
-    settings = request.app.state.settings
-    with client_limits.upload_slot(request):
+    state = get_state(request)
+    settings = state.settings
+    with state.held.upload_slot(request):
         stored = await uploads.receive_wheel(
-            request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+            request,
+            data_dir=settings.data_dir,
+            max_bytes=settings.max_upload_bytes,
+            checks=state.held.checks,
         )
     try:
         await run_in_threadpool(_record_artifact, request, job_id, stored, python_tag)

@@ -13,9 +13,17 @@ from sqlalchemy.orm import Session
 from core.subjects import FAMILIES
 from core.wire import RunnerOffline, RunnerRegister, RunnerRegistered, RunnerResume, RunnerResumed
 from service.config import Settings
-from service.deps import AdminDep, IdPath, RegistrationDep, RunnerDep, SessionDep, SettingsDep
+from service.deps import (
+    AdminDep,
+    IdPath,
+    RegistrationDep,
+    RunnerDep,
+    SessionDep,
+    SettingsDep,
+    get_state,
+)
 from service.errors import BadRequest, NotFound, RunnerNameInUse, RunnerRevoked
-from service.jobs import queue, wake
+from service.jobs import queue
 from service.models import Runner, utcnow
 from service.openapi import errors
 
@@ -74,10 +82,11 @@ def _apply_labels(runner: Runner, labels: dict[str, str]) -> None:
 def _give_up_leases(
     request: Request, session: Session, runner: Runner, keep: list[int]
 ) -> list[int]:
-    handed = queue.give_up_leases(session, runner.id, keep=set(keep))
+    state = get_state(request)
+    handed = queue.give_up_leases(session, runner.id, set(keep), state.reactions)
     session.commit()
     if handed:
-        wake.queue_changed(request.app)
+        state.wake.queue_changed()
     return handed
 
 

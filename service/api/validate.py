@@ -12,12 +12,12 @@ from fastapi.concurrency import run_in_threadpool
 from core import commits
 from core.wire import BuildAccepted
 from service.config import Settings
-from service.deps import SettingsDep, SubmitterDep, open_session
+from service.deps import SettingsDep, SubmitterDep, get_state, open_session
 from service.errors import BadRequest, UploadTooLarge
-from service.jobs import queue, quotas, wake
+from service.jobs import queue, quotas
 from service.models import Build
 from service.openapi import errors
-from service.uploads import client_limits, uploads
+from service.uploads import uploads
 
 log = logging.getLogger("fe_ci.validate")
 router = APIRouter(tags=["submit"])
@@ -52,7 +52,7 @@ def _insert(request: Request, settings: Settings, build: Build) -> BuildAccepted
     with open_session(request.app) as session, quotas.admission(session, settings):
         session.add(build)
         queue.create_jobs(session, build, settings)
-        queue.announce(session, build)
+        queue.announce(session, build, get_state(request).reactions)
         session.commit()
         return BuildAccepted(build_id=build.id, url=f"/builds/{build.id}")
 
@@ -101,9 +101,13 @@ async def create_build(
         )
         accepted = await run_in_threadpool(_insert, request, settings, build)
     elif ctype == "multipart/form-data":
-        with client_limits.upload_slot(request):
+        held = get_state(request).held
+        with held.upload_slot(request):
             stored = await uploads.receive_wheel(
-                request, data_dir=settings.data_dir, max_bytes=settings.max_upload_bytes
+                request,
+                data_dir=settings.data_dir,
+                max_bytes=settings.max_upload_bytes,
+                checks=held.checks,
             )
         build = Build(
             source="wheel",
@@ -124,5 +128,5 @@ async def create_build(
             detail={"content_type": ctype or None},
         )
     log.info("event=build_created build=%s source=%s", accepted.build_id, build.source)
-    wake.queue_changed(request.app)
+    get_state(request).wake.queue_changed()
     return accepted

@@ -29,12 +29,11 @@ from sqlalchemy.orm import Session
 
 from core import commits
 from service.config import Settings
-from service.deps import SettingsDep, open_session
+from service.deps import SettingsDep, get_state, open_session
 from service.errors import BadRequest, BadSignature, PayloadTooLarge, Unauthorized
-from service.jobs import queue, wake
+from service.jobs import queue
 from service.models import Build, WebhookDelivery
 from service.openapi import errors
-from service.uploads import client_limits
 
 log = logging.getLogger("fe_ci.webhooks")
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
@@ -185,7 +184,7 @@ def _record(
                 )
                 session.add(build)
                 queue.create_jobs(session, build, settings)
-                queue.announce(session, build)
+                queue.announce(session, build, get_state(request).reactions)
                 build_id = build.id
         session.add(
             WebhookDelivery(delivery=delivery, event=event, outcome=outcome, build_id=build_id)
@@ -203,7 +202,7 @@ async def receive_github(request: Request, settings: SettingsDep) -> dict[str, A
     """GitHub webhook: ``ping`` and ``push`` (signed with the shared secret)."""
     signature = _signature(settings, request.headers.get("x-hub-signature-256", ""))
     assert settings.webhook_secret is not None
-    with client_limits.webhook_slot(request):
+    with get_state(request).held.webhook_slot(request):
         raw = await _read_signed(
             request, settings.webhook_secret, signature, settings.webhook_max_kb * 1024
         )
@@ -223,5 +222,5 @@ async def receive_github(request: Request, settings: SettingsDep) -> dict[str, A
         "event=webhook delivery=%s github_event=%s outcome=%r", delivery, event, result["outcome"]
     )
     if result.pop("created", False):
-        wake.queue_changed(request.app)
+        get_state(request).wake.queue_changed()
     return result

@@ -50,7 +50,7 @@ def previous_on_branch(session: Session, build: Build) -> Build | None:
     ).first()
 
 
-def build_finished(session: Session, build: Build, report: BuildReport) -> None:
+def build_finished(session: Session, settings: Settings, build: Build, report: BuildReport) -> None:
     """A build just finished: a step's result goes to the driver; a branch build may open one."""
     if build.bisection_id is not None:
         session.info[KICK_KEY] = True
@@ -62,7 +62,7 @@ def build_finished(session: Session, build: Build, report: BuildReport) -> None:
     prev = previous_on_branch(session, build)
     if prev is None or not prev.commit or prev.commit == build.commit:
         return
-    questions = detect(stored_reports.current(session, prev), report)
+    questions = detect(stored_reports.current(session, prev, settings), report)
     if not questions:
         return
     taken = session.scalars(select(Bisection).where(Bisection.bad_build_id == build.id)).first()
@@ -114,17 +114,25 @@ class Driver:
     request)."""
 
     def __init__(
-        self, settings: Settings, sessions: sessionmaker[Session], on_queued: Callable[[], None]
+        self,
+        reactions: events.Reactions,
+        sessions: sessionmaker[Session],
+        on_queued: Callable[[], None],
     ) -> None:
-        self.settings = settings
+        self.reactions = reactions
+        self.settings = reactions.settings
         self.sessions = sessions
         self.on_queued = on_queued
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect")
 
     def install(self) -> None:
-        events.listen(self.sessions, build_finished)
+        """Pump after a transaction of these sessions that opened or moved a bisection."""
         event.listen(self.sessions, "after_commit", self._after_commit)
+
+    def build_finished(self, session: Session, build: Build, report: BuildReport) -> None:
+        """The listener ``create_app`` registers on its ``events.Reactions``."""
+        build_finished(session, self.settings, build, report)
 
     def _after_commit(self, session: Session) -> None:
         if session.info.pop(KICK_KEY, False):
@@ -196,7 +204,7 @@ class Driver:
             if build is None or build.cancelled_at is not None:
                 step.mark, step.detail = Mark.skip.value, "the build was cancelled"
                 continue
-            report = stored_reports.current(session, build)
+            report = stored_reports.current(session, build, self.settings)
             mark = judge(question, report)
             step.mark = mark.value
             step.detail = observe(question, report) or _skip_detail(question, report)
@@ -227,7 +235,7 @@ class Driver:
         session.add(build)
         only = (question.stages, question.family, question.deciding_subjects())
         queue.create_jobs(session, build, self.settings, only=only)
-        queue.announce(session, build)
+        queue.announce(session, build, self.reactions)
         bisection.steps.append(BisectionStep(build_id=build.id, commit=commit))
         log.info("event=bisection_step bisection=%s commit=%s", bisection.id, commit[:12])
 
@@ -256,14 +264,14 @@ class Driver:
         )
 
 
-def cancel(session: Session, bisection: Bisection) -> None:
+def cancel(session: Session, bisection: Bisection, reactions: events.Reactions) -> None:
     """End the bisection and the step builds it still runs."""
     if bisection.state not in (OPEN, RUNNING):
         return
     for step in bisection.steps:
         build = session.get(Build, step.build_id) if step.build_id else None
         if build is not None and build.finished_at is None:
-            queue.cancel_build(session, build, "cancelled with its bisection")
+            queue.cancel_build(session, build, reactions, "cancelled with its bisection")
     bisection.state = CANCELLED
     bisection.reason = "cancelled"
     bisection.finished_at = utcnow()

@@ -1,5 +1,8 @@
 """Which runners are alive, by what they can take, and the words for a job none of them can.
 
+``alive`` is the one query of the runners alive (``Runner.is_alive`` is its rule for one runner
+already loaded); the queue's ``auto`` families and the pages' waiting cells read it.
+
 A queued job waits for a runner that can claim it (``queue.claim``): a ``gpu`` job for one of its
 family (``arch=sm_100``), a ``build`` job for a builder (``builder=1``), a ``cpu`` job for any.
 The build page, its report (``JobReport.waiting``, which ``fe-ci submit --wait`` prints) and the
@@ -37,6 +40,11 @@ def alive(session: Session, settings: Settings, now: datetime) -> set[str]:
     if rows:
         out.add(ANY)
     return out
+
+
+def alive_families(session: Session, settings: Settings, now: datetime) -> list[str]:
+    """The families of the runners alive, sorted (what ``FE_CI_GPU_ARCHS=auto`` covers)."""
+    return sorted(alive(session, settings, now) - {BUILDER, ANY})
 
 
 def waiting_reason(kind: str, family: str | None, alive: set[str]) -> str | None:

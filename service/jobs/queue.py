@@ -16,7 +16,7 @@ from core.verdict import OPEN_JOBS
 from core.wire import JobKind, JobOutcome, JobState, Stage
 from service.config import Settings
 from service.db import locks_rows
-from service.jobs import transitions
+from service.jobs import capable, transitions
 from service.jobs.refusal_reuse import gpu_stages
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 from service.results import events
@@ -32,22 +32,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def alive_families(session: Session, settings: Settings, now: datetime) -> list[str]:
-    """Families of the runners seen within two lease periods (what ``auto`` covers)."""
-    since = now - settings.alive_window
-    rows = session.scalars(
-        select(Runner.family)
-        .where(Runner.family.is_not(None), Runner.revoked_at.is_(None))
-        .where(Runner.offline_at.is_(None))
-        .where(Runner.last_seen_at >= since)
-        .distinct()
-    )
-    return sorted(f for f in rows if f)
-
-
 def gpu_families(session: Session, settings: Settings, now: datetime) -> list[str]:
     if settings.gpu_archs == ["auto"]:
-        return alive_families(session, settings, now)
+        return capable.alive_families(session, settings, now)
     return sorted({f for f in settings.gpu_archs if f != "auto"})
 
 
@@ -114,10 +101,10 @@ def create_jobs(
     return jobs
 
 
-def announce(session: Session, build: Build) -> None:
+def announce(session: Session, build: Build, reactions: events.Reactions) -> None:
     """A new build: store its first verdict (pending); a commit build's statuses go out."""
     session.flush()
-    events.job_changed(session, build.id)
+    events.job_changed(session, build.id, reactions)
 
 
 def reuse_artifact(session: Session, build: Build) -> bool:
@@ -178,7 +165,9 @@ def seen_claiming(session: Session, runner_id: int, since: datetime) -> Runner |
     return runner
 
 
-def give_up_leases(session: Session, runner_id: int, keep: set[int]) -> list[int]:
+def give_up_leases(
+    session: Session, runner_id: int, keep: set[int], reactions: events.Reactions
+) -> list[int]:
     """End the attempts leased to a runner that gave them up (it restarted, or is stopping),
     but for the jobs in ``keep`` (it holds their results); the ids of the jobs handed back.
 
@@ -195,11 +184,13 @@ def give_up_leases(session: Session, runner_id: int, keep: set[int]) -> list[int
             "event=lease_given_up job=%s attempt=%s state=%s", job.id, job.attempt, job.state
         )
     for build_id in sorted({job.build_id for job in handed}):
-        events.job_changed(session, build_id)
+        events.job_changed(session, build_id, reactions)
     return [job.id for job in handed]
 
 
-def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) -> None:
+def hand_back(
+    sessions: sessionmaker[Session], job_id: int, lease_token: str, reactions: events.Reactions
+) -> None:
     """A lease that never reached its runner (the claim's client was gone): the same attempt is
     queued again, as if never taken."""
     with sessions() as session:
@@ -211,7 +202,7 @@ def hand_back(sessions: sessionmaker[Session], job_id: int, lease_token: str) ->
             return
         transitions.requeue(job, next_attempt=False)
         log.info("event=lease_handed_back job=%s (the claim's client was gone)", job.id)
-        events.job_changed(session, job.build_id)
+        events.job_changed(session, job.build_id, reactions)
         session.commit()
 
 
@@ -229,7 +220,7 @@ def hold_writes(session: Session) -> None:
         )
 
 
-def sweep(session: Session, now: datetime | None = None) -> int:
+def sweep(session: Session, reactions: events.Reactions, now: datetime | None = None) -> int:
     """Requeue expired leases (attempt + 1, at most 3) and end GPU jobs past their wait."""
     now = now or utcnow()
     changed = 0
@@ -262,7 +253,7 @@ def sweep(session: Session, now: datetime | None = None) -> int:
     if changed:
         session.flush()
         for build_id in sorted({j.build_id for j in (*expired, *overdue)}):  # one lock order
-            events.job_changed(session, build_id)
+            events.job_changed(session, build_id, reactions)
     return changed
 
 
@@ -308,14 +299,16 @@ def claim(session: Session, runner: Runner, lease_seconds: int) -> tuple[Job, st
     return job, token
 
 
-def cancel_build(session: Session, build: Build, reason: str = "cancelled") -> None:
+def cancel_build(
+    session: Session, build: Build, reactions: events.Reactions, reason: str = "cancelled"
+) -> None:
     """Queued jobs end; a running stage is stopped at its next heartbeat."""
     now = utcnow()
     build.cancelled_at = build.cancelled_at or now
     for job in session.scalars(select(Job).where(Job.build_id == build.id)):
         if job.state in OPEN_JOBS:
             transitions.end(job, JobOutcome.cancelled, reason, now)
-    events.job_changed(session, build.id)
+    events.job_changed(session, build.id, reactions)
 
 
 def release_waiting(session: Session, build: Build) -> None:

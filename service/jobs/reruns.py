@@ -29,6 +29,7 @@ from service.config import Settings
 from service.errors import Conflict
 from service.jobs import queue, transitions
 from service.models import PER_JOB_TABLES, Build, DeterminismRecord, Job, StageLog, utcnow
+from service.results import events
 from service.uploads import uploads
 
 T = TypeVar("T")
@@ -77,13 +78,14 @@ def _copy_build(session: Session, build: Build) -> Build:
     )
 
 
-def rerun_build(session: Session, settings: Settings, build: Build) -> Build:
+def rerun_build(session: Session, reactions: events.Reactions, build: Build) -> Build:
     """A new build of the same artifact, with fresh jobs."""
+    settings = reactions.settings
     _check_rerunnable(settings, build)
     new = _copy_build(session, build)
     session.add(new)
     queue.create_jobs(session, new, settings)
-    queue.announce(session, new)
+    queue.announce(session, new, reactions)
     return new
 
 
@@ -103,13 +105,14 @@ def _log_copy(row: StageLog, build_id: int) -> dict[str, str]:
     return {"text": note + row.text[-(LOG_COPY_CHARS - len(note)) :]}
 
 
-def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> Build:
+def rerun_job(session: Session, reactions: events.Reactions, build: Build, job: Job) -> Build:
     """A copy of the build in which ``job`` runs again and every other job keeps its results."""
+    settings = reactions.settings
     _check_rerunnable(settings, build)
     if build.cancelled_at is not None:
         raise Conflict(f"build {build.id} was cancelled; rerun the whole build")
     if job.kind == JobKind.build or (build.source == "commit" and build.sha256 is None):
-        return rerun_build(session, settings, build)  # no wheel yet: everything runs again
+        return rerun_build(session, reactions, build)  # no wheel yet: everything runs again
     now = utcnow()
     new = _copy_build(session, build)
     new.sha256, new.filename, new.size = build.sha256, build.filename, build.size
@@ -150,5 +153,5 @@ def rerun_job(session: Session, settings: Settings, build: Build, job: Job) -> B
                 logged = _log_copy(row, build.id) if isinstance(row, StageLog) else {}
                 extra = {**marked, **logged}
                 session.add(_clone(row, build_id=new.id, job_id=copies[row.job_id], **extra))
-    queue.announce(session, new)
+    queue.announce(session, new, reactions)
     return new

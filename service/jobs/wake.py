@@ -1,7 +1,7 @@
 """Wake long-polling runners when the queue changes, in this process and in every other replica.
 
-In one process a change swaps the app's ``asyncio.Event`` (every claim waiting on it wakes and
-claims again). On PostgreSQL the change is also sent to the other replicas: one thread per
+In one process a change swaps the ``Wake``'s ``asyncio.Event`` (every claim waiting on it wakes
+and claims again). On PostgreSQL the change is also sent to the other replicas: one thread per
 process sends ``NOTIFY fe_ci_queue`` after the change's commit (changes coalesce while one is
 being sent), and one task holds a connection that ``LISTEN``s and wakes this process's claims on
 each notification from another process. A listener that lost its connection wakes every claim
@@ -17,7 +17,6 @@ import logging
 import secrets
 import threading
 
-from fastapi import FastAPI
 from sqlalchemy import Engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,43 +28,90 @@ LISTENING_RECHECK_S = 30.0  # with them: the longest claim (core.wire.ClaimReque
 RECONNECT_S = (0.5, 30.0)  # the listener's first wait to reconnect, and its cap
 
 
-def current_event(app: FastAPI) -> asyncio.Event:
-    event: asyncio.Event = app.state.queue_changed
-    return event
+class Wake:
+    """The queue's change event: a long poll waits on the current one, a change sets it and puts
+    a fresh one in its place (and tells the other replicas). One per app (``ServiceState.wake``),
+    started with its event loop."""
 
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.listening = False  # a LISTEN connection is up: other replicas' changes reach us
+        self.sender: Sender | None = None
 
-def recheck_s(app: FastAPI) -> float:
-    """How long a waiting claim may sleep before looking at the queue itself."""
-    return LISTENING_RECHECK_S if getattr(app.state, "wake_listening", False) else LOCAL_RECHECK_S
+    def start(self, loop: asyncio.AbstractEventLoop, engine: Engine) -> list[asyncio.Task[None]]:
+        """Within the running loop: the event claims wait on, and on PostgreSQL the sender and
+        the listener (its task returned for the app to cancel at shutdown)."""
+        self.event, self.loop = asyncio.Event(), loop
+        if engine.dialect.name != "postgresql":
+            return []
+        replica = secrets.token_hex(8)
+        self.sender = Sender(engine, replica)
+        dsn = _dsn(engine.url.render_as_string(hide_password=False))
+        return [asyncio.create_task(self._listen(dsn, replica))]
 
+    def stop(self) -> None:
+        if self.sender is not None:
+            with contextlib.suppress(Exception):
+                self.sender.stop()
 
-def _wake_here(app: FastAPI) -> None:
-    """Safe from the event loop and from worker threads alike."""
-    loop: asyncio.AbstractEventLoop | None = getattr(app.state, "loop", None)
-    if loop is None:
-        return
+    def current_event(self) -> asyncio.Event:
+        return self.event
 
-    def _swap() -> None:
-        old = app.state.queue_changed
-        app.state.queue_changed = asyncio.Event()
-        old.set()
+    def recheck_s(self) -> float:
+        """How long a waiting claim may sleep before looking at the queue itself."""
+        return LISTENING_RECHECK_S if self.listening else LOCAL_RECHECK_S
 
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        _swap()
-    else:
-        loop.call_soon_threadsafe(_swap)
+    def queue_changed(self) -> None:
+        """The queue changed (called after the change's commit): wake the claims of every
+        replica. Safe from the event loop and from worker threads alike."""
+        self._wake_here()
+        if self.sender is not None:
+            self.sender.signal()
 
+    def _wake_here(self) -> None:
+        loop = self.loop
+        if loop is None:
+            return
 
-def queue_changed(app: FastAPI) -> None:
-    """The queue changed (called after the change's commit): wake the claims of every replica."""
-    _wake_here(app)
-    sender: Sender | None = getattr(app.state, "wake_sender", None)
-    if sender is not None:
-        sender.signal()
+        def _swap() -> None:
+            old, self.event = self.event, asyncio.Event()
+            old.set()
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            _swap()
+        else:
+            loop.call_soon_threadsafe(_swap)
+
+    async def _listen(self, dsn: str, replica: str) -> None:
+        try:
+            import psycopg  # PostgreSQL's extra (pyproject.toml): a SQLite service never needs it
+        except ImportError:  # another driver: waiting claims keep looking every second
+            log.warning("event=wake_listen_unavailable reason='psycopg (3) is not installed'")
+            return
+
+        wait = RECONNECT_S[0]
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening = True
+                    wait = RECONNECT_S[0]
+                    log.info("event=wake_listening channel=%s", CHANNEL)
+                    self._wake_here()  # anything sent while we were away
+                    async for note in conn.notifies():
+                        if note.payload != replica:
+                            self._wake_here()
+            except psycopg.Error as exc:
+                log.warning("event=wake_listen_lost reason=%r retry_in_s=%s", str(exc)[:200], wait)
+            finally:
+                self.listening = False
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RECONNECT_S[1])
 
 
 class Sender:
@@ -102,50 +148,3 @@ class Sender:
 
 def _dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-async def _listen(app: FastAPI, dsn: str, replica: str) -> None:
-    try:
-        import psycopg  # PostgreSQL's extra (pyproject.toml): a SQLite service never needs it
-    except ImportError:  # another driver: waiting claims keep looking every second
-        log.warning("event=wake_listen_unavailable reason='psycopg (3) is not installed'")
-        return
-
-    wait = RECONNECT_S[0]
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {CHANNEL}")
-                app.state.wake_listening = True
-                wait = RECONNECT_S[0]
-                log.info("event=wake_listening channel=%s", CHANNEL)
-                _wake_here(app)  # anything sent while we were away
-                async for note in conn.notifies():
-                    if note.payload != replica:
-                        _wake_here(app)
-        except psycopg.Error as exc:
-            log.warning("event=wake_listen_lost reason=%r retry_in_s=%s", str(exc)[:200], wait)
-        finally:
-            app.state.wake_listening = False
-        await asyncio.sleep(wait)
-        wait = min(wait * 2, RECONNECT_S[1])
-
-
-def start(app: FastAPI, engine: Engine) -> list[asyncio.Task[None]]:
-    """Within the running loop: the event claims wait on, and on PostgreSQL the sender and the
-    listener (its task returned for the app to cancel at shutdown)."""
-    app.state.queue_changed = asyncio.Event()
-    app.state.loop = asyncio.get_running_loop()
-    if engine.dialect.name != "postgresql":
-        return []
-    replica = secrets.token_hex(8)
-    app.state.wake_sender = Sender(engine, replica)
-    dsn = _dsn(engine.url.render_as_string(hide_password=False))
-    return [asyncio.create_task(_listen(app, dsn, replica))]
-
-
-def stop(app: FastAPI) -> None:
-    sender: Sender | None = getattr(app.state, "wake_sender", None)
-    if sender is not None:
-        with contextlib.suppress(Exception):
-            sender.stop()

@@ -1,8 +1,16 @@
-"""Alembic environment: batch mode on SQLite so later ALTERs work there too."""
+"""Alembic environment: batch mode on SQLite so later ALTERs work there too.
+
+On SQLite a batch ALTER rebuilds the table: a copy, ``DROP TABLE`` of the old one, a rename. With
+foreign keys enforced that drop deletes every row that cascades from the old table (rebuilding
+``jobs`` would empty ``stages``, ``findings`` and the rest), so the revisions run with them off, and
+the keys are checked once before the transaction commits: a revision that leaves a dangling
+reference fails and writes nothing.
+"""
 
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy import Connection
 
 from service.db import make_engine
 from service.models import Base
@@ -27,6 +35,10 @@ def run_migrations_online() -> None:
     assert url is not None
     engine = make_engine(url)
     with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:  # a no-op inside a transaction: before the migrations' own begins
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=target_metadata,
@@ -35,7 +47,15 @@ def run_migrations_online() -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+            if sqlite:
+                _no_dangling_keys(connection)
     engine.dispose()
+
+
+def _no_dangling_keys(connection: Connection) -> None:
+    dangling = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if dangling:
+        raise RuntimeError(f"the migration left rows whose foreign keys dangle: {dangling[:5]}")
 
 
 if context.is_offline_mode():

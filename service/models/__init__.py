@@ -38,7 +38,6 @@ from service.models.results import (
     FinishedReport,
     StageLog,
     StoredDriftRow,
-    StoredRefusalRow,
 )
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
     "StageLog",
     "StageRow",
     "StoredDriftRow",
-    "StoredRefusalRow",
     "UTCDateTime",
     "WatchedRelease",
     "WebhookDelivery",

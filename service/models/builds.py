@@ -121,6 +121,11 @@ class Job(Base):
 
 
 class StageRow(Base):
+    """One stage of one job: its result stored whole (``result``, the ``core.wire.StageResult``
+    the runner posted, as the door validated it), and beside it only what is queried across
+    builds: its status, reason and seconds (the grid, the trends), its checks (``CheckRow``) and a
+    probe's surface (the line's feature regressions)."""
+
     __tablename__ = "stages"
     __table_args__ = (UniqueConstraint("job_id", "name"),)
 
@@ -130,13 +135,9 @@ class StageRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
-    version: Mapped[str | None] = mapped_column(String(100))
-    log_tail: Mapped[str] = mapped_column(Text, default="")
-    timings: Mapped[dict[str, Any]] = mapped_column(  # StageResult.timings
-        JSON,
-        default=dict,
-        server_default=text("'{}'"),  # rows older than 0007 have none
-    )
+    # the StageResult as posted (its log tail cut to its end, ``STORED_LOG_TAIL``); for a stage
+    # stored before 0019, its own fields and checks as its row kept them
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
     surface: Mapped[list[dict[str, Any]]] = mapped_column(  # StageResult.surface (the probe's)
         JSON,
         default=list,

@@ -1,5 +1,7 @@
-"""What the jobs of a build reported, row by row (findings, capabilities, drift, refusal rows,
-stage logs, determinism records), and the report of a finished build, stored once."""
+"""What the jobs of a build reported that is queried across builds, row by row (findings,
+capabilities, drift, determinism records), their stage logs, and the report of a finished build,
+stored once. A stage's result itself is stored whole with its stage (``StageRow.result``): its
+refusal rows are read from there."""
 
 from __future__ import annotations
 
@@ -67,23 +69,6 @@ class StoredDriftRow(PerJob, Base):
     stopped_by: Mapped[str | None] = mapped_column(String(32))
 
 
-class StoredRefusalRow(PerJob, Base):
-    """A refusal row (``core.wire.RefusalRow``) as the ``refusal_rows`` table keeps it."""
-
-    __tablename__ = "refusal_rows"
-
-    activation: Mapped[str] = mapped_column(String(16))
-    request: Mapped[str] = mapped_column(String(32))
-    scale_bias: Mapped[bool] = mapped_column(Boolean)
-    fc1_bias: Mapped[bool] = mapped_column(Boolean)
-    unit_scale: Mapped[bool] = mapped_column(Boolean)
-    expected: Mapped[str] = mapped_column(String(16))
-    observed: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16))
-    detail: Mapped[str] = mapped_column(Text, default="")
-    call_kwargs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-
-
 class DeterminismRecord(PerJob, Base):
     """One subject's deterministic arm on one job, compared with the previous comparable build.
 
@@ -140,7 +125,6 @@ PER_JOB_TABLES: tuple[type[PerJob], ...] = (
     FindingRow,
     CapabilityRow,
     StoredDriftRow,
-    StoredRefusalRow,
     DeterminismRecord,
 )
 

@@ -67,7 +67,7 @@ class StatusReporter:
         return configured and owner_repo(self.settings.repo_url) is not None
 
     def install(self, sessions: sessionmaker[Session]) -> None:
-        sessions.configure(info={**sessions.kw.get("info", {}), "github": self})
+        """Send what a transaction of these sessions queued once it commits."""
         event.listen(sessions, "after_commit", self._after_commit)
 
     def _after_commit(self, session: Session) -> None:
@@ -203,11 +203,10 @@ def may_post(session: Session, build_id: int) -> bool:
     return build is not None and build.bisection_id is None
 
 
-def wants_statuses(session: Session, build: Build) -> bool:
+def wants_statuses(session: Session, build: Build, reporter: StatusReporter | None) -> bool:
     """Whether a change of this build's jobs is told to GitHub at all."""
-    reporter = session.info.get("github")
     return (
-        isinstance(reporter, StatusReporter)
+        reporter is not None
         and reporter.enabled
         and build.source == "commit"
         and bool(build.commit)
@@ -215,10 +214,10 @@ def wants_statuses(session: Session, build: Build) -> bool:
     )
 
 
-def queue_statuses(session: Session, report: BuildReport) -> None:
-    """Queue every context of a commit build; they are sent after the commit, changes only."""
-    reporter = session.info.get("github")
-    if not (isinstance(reporter, StatusReporter) and reporter.enabled and report.commit):
+def queue_statuses(session: Session, report: BuildReport, reporter: StatusReporter | None) -> None:
+    """Queue every context of a commit build; they are sent after the commit, changes only (the
+    pending ones ride on the session's ``info`` until its transaction commits)."""
+    if not (reporter is not None and reporter.enabled and report.commit):
         return
     if report.id is None or not may_post(session, report.id):
         log.info("event=commit_status_withheld build=%s reason=bisection", report.id)

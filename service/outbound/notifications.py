@@ -38,7 +38,6 @@ from tenacity import (
 from core.wire import RELEASES, BuildReport, BuildSource, Verdict
 from service.config import Settings
 from service.models import Build, FinishedReport, Notification, utcnow
-from service.results import events
 
 log = logging.getLogger("fe_ci.notify")
 
@@ -193,13 +192,15 @@ class Notifier:
         return bool(self.settings.notify_url)
 
     def install(self) -> None:
+        """Deliver after a transaction of these sessions that queued a notification, and what a
+        stopped process left in flight now."""
         if not self.enabled:
             return
-        events.listen(self.sessions, self._build_finished)
         event.listen(self.sessions, "after_commit", self._after_commit)
         self._release_claims()
 
-    def _build_finished(self, session: Session, build: Build, report: BuildReport) -> None:
+    def build_finished(self, session: Session, build: Build, report: BuildReport) -> None:
+        """The listener ``create_app`` registers on its ``events.Reactions`` (when enabled)."""
         build_finished(session, self.settings, build, report)
 
     def _release_claims(self) -> None:

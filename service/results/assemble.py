@@ -10,7 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from core import assemble as assembler
-from core import gate
 from core.verdict import OPEN_JOBS
 from core.wire import (
     BuildReport,
@@ -43,7 +42,6 @@ from service.models import (
     Job,
     StageRow,
     StoredDriftRow,
-    StoredRefusalRow,
     utcnow,
 )
 from service.results import reused_refusal
@@ -80,26 +78,34 @@ def stored(model: type[M], **values: Any) -> M:
     return model.model_construct(**{k: v for k, v in values.items() if k in model.model_fields})
 
 
-# A stage's own values that its row keeps column for column (name, status, reason, duration,
-# version, log tail, timings, ...): a field added to both is stored and read with no change here.
-_STAGE_COLUMNS = frozenset(StageResult.model_fields) & set(StageRow.__table__.columns.keys())
-# typed on the way out, cut on the way in, NULL in old rows, or the build's rather than the job's
-_STAGE_APART = frozenset({"name", "status", "log_tail", "surface", "timings"})
+# What a stage carried that the report shows once per build, from the tables (findings,
+# capabilities, drift, refusal rows) and the first probe (surface), not under the stage.
+_CARRIED = frozenset({"findings", "capabilities", "drift", "refusal", "surface"})
+STORED_LOG_TAIL = 4000  # the end of a stage's log its stored result keeps
+
+
+def stage_document(result: StageResult) -> dict[str, Any]:
+    """A stage's result as it is stored whole (``StageRow.result``)."""
+    document = result.model_dump(mode="json")
+    document["log_tail"] = result.log_tail[-STORED_LOG_TAIL:]
+    return document
 
 
 def _stage_result(row: StageRow) -> StageResult:
-    """A stored stage as the report's job shows it (its surface is the build's, not the job's)."""
+    """A stored stage as the report's job shows it: its stored result but what it carried. A
+    field added to ``StageResult`` is stored and read with no change here."""
+    document = row.result
     return stored(
         StageResult,
-        **{k: getattr(row, k) for k in _STAGE_COLUMNS - _STAGE_APART},
-        timings=row.timings or {},  # NULL in a row older than the column's default
-        name=Stage(row.name),
-        status=Status(row.status),
-        log_tail=row.log_tail,
-        checks=[
-            stored(Check, name=c.name, status=Status(c.status), detail=c.detail, metrics=c.metrics)
-            for c in row.checks
-        ],
+        **{
+            **{k: v for k, v in document.items() if k not in _CARRIED},
+            "name": Stage(row.name),
+            "status": Status(row.status),
+            "checks": [
+                stored(Check, **{**c, "status": Status(c["status"])})
+                for c in document.get("checks", ())
+            ],
+        },
     )
 
 
@@ -128,17 +134,15 @@ def merge_capabilities(rows: Iterable[CapabilityRow]) -> dict[str, Capability]:
     return assembler.merge_capabilities(capabilities_of(rows))
 
 
-def build_report(session: Session, build: Build) -> BuildReport:
+def build_report(session: Session, build: Build, settings: Settings) -> BuildReport:
+    """The report from the rows as they stand, its gate judged by ``settings.require`` and a
+    queued job's wait by the runners alive within ``settings.alive_window``."""
     jobs = session.scalars(
         select(Job)
         .where(Job.build_id == build.id)
-        .options(
-            selectinload(Job.stage_rows).selectinload(StageRow.checks), selectinload(Job.runner)
-        )
+        .options(selectinload(Job.stage_rows), selectinload(Job.runner))
         .order_by(Job.id)
     ).all()
-    settings = session.info.get("settings")
-    require = settings.require if isinstance(settings, Settings) else [gate.ALL]
     fleet = _fleet(session, settings, jobs)
     job_reports = [
         JobReport(
@@ -179,7 +183,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
         jobs=job_reports,
         history=history_rows(session, build.id),
     )
-    return assembler.assemble(head, _reported(session, build.id, jobs), require)
+    return assembler.assemble(head, _reported(session, build.id, jobs), settings.require)
 
 
 def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler.Reported:
@@ -212,9 +216,10 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
             )
             for d in _rows(session, StoredDriftRow, build_id)
         ],
-        refusal=[
-            stored(RefusalReport, **{**_columns(r), "status": Status(r.status)})
-            for r in _rows(session, StoredRefusalRow, build_id)
+        refusal=[  # each refusal stage's rows, in the order the stages were posted
+            stored(RefusalReport, **{**r, "job_id": row.job_id, "status": Status(r["status"])})
+            for row in sorted((s for j in jobs for s in j.stage_rows), key=lambda s: s.id)
+            for r in row.result.get("refusal") or ()
         ],
         surfaces=[
             [stored(SurfaceKnob, **k) for k in row.surface]
@@ -225,9 +230,9 @@ def _reported(session: Session, build_id: int, jobs: Iterable[Job]) -> assembler
     )
 
 
-def _fleet(session: Session, settings: object, jobs: Iterable[Job]) -> set[str] | None:
+def _fleet(session: Session, settings: Settings, jobs: Iterable[Job]) -> set[str] | None:
     """The alive runners' capabilities, looked up only when a job is queued."""
-    if not isinstance(settings, Settings) or not any(j.state == JobState.queued for j in jobs):
+    if not any(j.state == JobState.queued for j in jobs):
         return None
     return capable.alive(session, settings, utcnow())
 
@@ -271,11 +276,11 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         return old
     row = StageRow(
         job_id=job.id,
-        **result.model_dump(include=set(_STAGE_COLUMNS - _STAGE_APART)),
-        timings=result.timings,
         name=result.name,
         status=result.status,
-        log_tail=result.log_tail[-4000:],
+        reason=result.reason,
+        duration_s=result.duration_s,
+        result=stage_document(result),
         surface=[k.model_dump() for k in result.surface],
         checks=[
             CheckRow(name=c.name, status=c.status, detail=c.detail, metrics=c.metrics)
@@ -290,8 +295,6 @@ def store_stage(session: Session, job: Job, result: StageResult) -> StageRow:
         session.add(CapabilityRow(**ids, subject=subject, **cap.model_dump()))
     for d in result.drift:
         session.add(StoredDriftRow(**ids, family=job.family, **d.model_dump()))
-    for r in result.refusal:
-        session.add(StoredRefusalRow(**ids, **r.model_dump()))
     if result.version and result.name in (Stage.install, Stage.probe):
         job.build.version = result.version
     return row

@@ -7,19 +7,24 @@ listeners (the bisection driver) in the same transaction. A stage post is no eve
 job's state, so no report is computed for it. ``job_started`` (a claim) computes one only where a
 commit status must say the job is running.
 
-Listeners are registered on the session factory (``listen``), so each app has its own and nothing
-here imports them: the queue creates jobs, a bisection creates builds through the queue, and
-neither imports the other through this module.
+What an event sets off beyond the report is the ``Reactions`` it is handed: the settings (the
+gate's required checks, the window in which a runner counts as alive), the GitHub reporter and the
+build-finished listeners (the bisection driver, the notifications outbox). ``create_app`` makes one
+per app and registers the listeners on it, so nothing here imports them and nothing travels on the
+session: the queue creates jobs, a bisection creates builds through the queue, and neither imports
+the other through this module.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from core.wire import BuildReport
+from service.config import Settings
 from service.db import locks_rows
 from service.jobs import refusal_reuse
 from service.models import Build, utcnow
@@ -29,15 +34,22 @@ from service.results.assemble import build_report
 
 log = logging.getLogger("fe_ci.events")
 
-FINISHED_LISTENERS = "fe_ci_build_finished"
 BuildFinished = Callable[[Session, Build, BuildReport], None]
 
 
-def listen(sessions: sessionmaker[Session], listener: BuildFinished) -> None:
-    """Call ``listener(session, build, report)`` when a build of these sessions finishes."""
-    info = dict(sessions.kw.get("info") or {})
-    info[FINISHED_LISTENERS] = [*info.get(FINISHED_LISTENERS, ()), listener]
-    sessions.configure(info=info)
+@dataclass
+class Reactions:
+    """What a job's change of state sets off beyond its report, made once per app: the settings
+    the report is judged by, the GitHub reporter (None: no statuses) and the listeners told, in
+    the same transaction, that a build finished."""
+
+    settings: Settings
+    reporter: github.StatusReporter | None = None
+    finished: list[BuildFinished] = field(default_factory=list)
+
+    def listen(self, listener: BuildFinished) -> None:
+        """Call ``listener(session, build, report)`` when a build finishes."""
+        self.finished.append(listener)
 
 
 def _locked_build(session: Session, build_id: int) -> Build | None:
@@ -56,30 +68,32 @@ def _locked_build(session: Session, build_id: int) -> Build | None:
     return build
 
 
-def job_changed(session: Session, build_id: int) -> BuildReport | None:
+def job_changed(session: Session, build_id: int, reactions: Reactions) -> BuildReport | None:
     """A job of the build was created, ended, requeued or cancelled: compute the report once."""
     build = _locked_build(session, build_id)
     if build is None:
         return None
     for job in refusal_reuse.give_back(build):  # the CPU job ended without its refusal decisions
         log.info("event=refusal_given_back build=%s job=%s", build.id, job.id)
-    report = build_report(session, build)
+    report = build_report(session, build, reactions.settings)
     log.debug("event=report_computed build=%s status=%s", build.id, report.status)
     if build.source == "commit" and build.commit:
-        github.queue_statuses(session, report)  # each job's context, sent when it changed
+        # each job's context, sent when it changed
+        github.queue_statuses(session, report, reactions.reporter)
     build.verdict = report.verdict
     build.verdict_reason = report.verdict_reason
     if report.status in stored_reports.FINAL:
         if build.finished_at is None:
             build.finished_at = utcnow()
-            for listener in session.info.get(FINISHED_LISTENERS, ()):
+            for listener in reactions.finished:
                 listener(session, build, report)
-        stored_reports.keep(session, build.id, report)  # it can no longer change
+        # it can no longer change
+        stored_reports.keep(session, build.id, report, reactions.settings.require)
     return report
 
 
-def job_started(session: Session, build_id: int) -> None:
+def job_started(session: Session, build_id: int, reactions: Reactions) -> None:
     """A job was leased: only a commit build's status changes (to running)."""
     build = session.get(Build, build_id)
-    if build is not None and build.source == "commit" and github.wants_statuses(session, build):
-        job_changed(session, build_id)
+    if build is not None and github.wants_statuses(session, build, reactions.reporter):
+        job_changed(session, build_id, reactions)

@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core.wire import BuildReport, BuildStatus
+from service.config import Settings
 from service.models import Build, FinishedReport, utcnow
 from service.results.assemble import build_report
 
@@ -73,17 +74,16 @@ class _Memory:
 MEMORY = _Memory(MEMORY_ENTRIES)
 
 
-def revision(session: Session) -> int:
-    """The revision a report stored by this service has: ``REPORT_REVISION`` under the default
-    requirement (``all``), else with a digest of the required checks in its upper bits."""
-    settings = session.info.get("settings")
-    require: list[str] = getattr(settings, "require", None) or ["all"]
-    if require == ["all"]:
+def revision(require: list[str]) -> int:
+    """The revision a report stored under ``require`` (``FE_CI_REQUIRE``) has: ``REPORT_REVISION``
+    under the default requirement (``all``), else with a digest of the required checks in its
+    upper bits."""
+    if require in ([], ["all"]):
         return REPORT_REVISION
     return (REPORT_REVISION << 24) | (zlib.crc32(",".join(require).encode()) & 0xFFFFFF)
 
 
-def keep(session: Session, build_id: int, report: BuildReport) -> Rendered:
+def keep(session: Session, build_id: int, report: BuildReport, require: list[str]) -> Rendered:
     """Store a final report (once; a stored one of the current revision is left as it is)."""
     rendered = render(report)
     if not rendered.final:
@@ -92,15 +92,15 @@ def keep(session: Session, build_id: int, report: BuildReport) -> Rendered:
     if row is None:
         row = FinishedReport(build_id=build_id)
         session.add(row)
-    row.revision, row.etag, row.body = revision(session), rendered.etag, rendered.body.decode()
+    row.revision, row.etag, row.body = revision(require), rendered.etag, rendered.body.decode()
     row.created_at = utcnow()
     return rendered
 
 
-def stored(session: Session, build_id: int) -> Rendered | None:
+def stored(session: Session, build_id: int, require: list[str]) -> Rendered | None:
     row = session.execute(
         select(FinishedReport.etag, FinishedReport.body).where(
-            FinishedReport.build_id == build_id, FinishedReport.revision == revision(session)
+            FinishedReport.build_id == build_id, FinishedReport.revision == revision(require)
         )
     ).first()
     if row is None:
@@ -110,9 +110,11 @@ def stored(session: Session, build_id: int) -> Rendered | None:
     return rendered
 
 
-def keep_after_read(session: Session, build_id: int, report: BuildReport) -> Rendered:
+def keep_after_read(
+    session: Session, build_id: int, report: BuildReport, require: list[str]
+) -> Rendered:
     """On a read: store a final report that was not stored yet (a racing reader may win)."""
-    rendered = keep(session, build_id, report)
+    rendered = keep(session, build_id, report, require)
     if rendered.final:
         try:
             session.commit()
@@ -122,10 +124,10 @@ def keep_after_read(session: Session, build_id: int, report: BuildReport) -> Ren
     return rendered
 
 
-def current(session: Session, build: Build) -> BuildReport:
+def current(session: Session, build: Build, settings: Settings) -> BuildReport:
     """The build's report as every reader sees it: once final, the stored one (never computed
-    again); before that, assembled from the rows as they stand."""
-    rendered = MEMORY.get(build.id) or stored(session, build.id)
+    again); before that, assembled from the rows as they stand, judged by ``settings``."""
+    rendered = MEMORY.get(build.id) or stored(session, build.id, settings.require)
     if rendered is not None:
         try:
             return BuildReport.model_validate_json(rendered.body)
@@ -136,10 +138,10 @@ def current(session: Session, build: Build) -> BuildReport:
             log.info(
                 "event=stored_report_reassembled build=%s errors=%s", build.id, exc.error_count()
             )
-            return build_report(session, build)
-    report = build_report(session, build)
+            return build_report(session, build, settings)
+    report = build_report(session, build, settings)
     if report.status in FINAL:  # finished before reports were stored
-        keep_after_read(session, build.id, report)
+        keep_after_read(session, build.id, report, settings.require)
     return report
 
 

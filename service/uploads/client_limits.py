@@ -207,52 +207,64 @@ async def _answer(error: ApiError, scope: Scope, receive: Receive, send: Send) -
     await response(scope, receive, send)
 
 
+class Held:
+    """What clients hold of the service at once: uploads streaming and webhook bodies being read
+    (each under its cap, ``FE_CI_MAX_UPLOADS`` and ``FE_CI_MAX_WEBHOOKS``), and the limiter of the
+    wheel checks running (``FE_CI_UPLOAD_CHECKS``, ``service.uploads.uploads``). One per app,
+    made by ``create_app``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.max_uploads, self.max_webhooks = settings.max_uploads, settings.max_webhooks
+        self.uploads = 0
+        self.webhooks = 0
+        self.checks = anyio.CapacityLimiter(settings.upload_checks)
+
+    @contextlib.contextmanager
+    def upload_slot(self, request: Request) -> Iterator[None]:
+        """Hold one of the service's upload slots while a wheel body streams and is checked."""
+        limit = self.max_uploads
+        refusal = TooManyUploads(
+            f"{limit} uploads are already streaming; retry in a few seconds",
+            detail={"max_uploads": limit},
+        )
+        with self._slot(request, "uploads", limit, refusal):
+            yield
+
+    @contextlib.contextmanager
+    def webhook_slot(self, request: Request) -> Iterator[None]:
+        """Hold one of the service's webhook slots while a delivery's body is read and verified."""
+        limit = self.max_webhooks
+        refusal = TooManyWebhooks(
+            f"{limit} webhook deliveries are already being read; redeliver in a few seconds",
+            detail={"max_webhooks": limit},
+        )
+        with self._slot(request, "webhooks", limit, refusal):
+            yield
+
+    @contextlib.contextmanager
+    def _slot(
+        self, request: Request, counter: str, limit: int, refusal: ApiError
+    ) -> Iterator[None]:
+        if getattr(self, counter) >= limit:
+            log.info(
+                "event=slot_refused counter=%s_in_flight limit=%s path=%s",
+                counter,
+                limit,
+                request.url.path,
+            )
+            raise refusal
+        setattr(self, counter, getattr(self, counter) + 1)
+        try:
+            yield
+        finally:
+            setattr(self, counter, getattr(self, counter) - 1)
+
+
 def install(app: Any, settings: Settings) -> None:
-    """The body deadline middleware, the counters of the slots below and the limiter of the
-    upload checks (``service.uploads.uploads``), on ``app``."""
-    app.state.uploads_in_flight = 0
-    app.state.webhooks_in_flight = 0
-    app.state.upload_checks = anyio.CapacityLimiter(settings.upload_checks)
+    """The body deadline middleware on ``app``."""
     app.add_middleware(
         BodyDeadlineMiddleware,
         idle_s=settings.body_timeout_s,
         deadline_s=settings.body_deadline_s,
         min_rate_bytes_s=settings.body_min_rate_kb * 1024,
     )
-
-
-@contextlib.contextmanager
-def upload_slot(request: Request) -> Iterator[None]:
-    """Hold one of the service's upload slots while a wheel body streams and is checked."""
-    limit: int = request.app.state.settings.max_uploads
-    refusal = TooManyUploads(
-        f"{limit} uploads are already streaming; retry in a few seconds",
-        detail={"max_uploads": limit},
-    )
-    with _slot(request, "uploads_in_flight", limit, refusal):
-        yield
-
-
-@contextlib.contextmanager
-def webhook_slot(request: Request) -> Iterator[None]:
-    """Hold one of the service's webhook slots while a delivery's body is read and verified."""
-    limit: int = request.app.state.settings.max_webhooks
-    refusal = TooManyWebhooks(
-        f"{limit} webhook deliveries are already being read; redeliver in a few seconds",
-        detail={"max_webhooks": limit},
-    )
-    with _slot(request, "webhooks_in_flight", limit, refusal):
-        yield
-
-
-@contextlib.contextmanager
-def _slot(request: Request, counter: str, limit: int, refusal: ApiError) -> Iterator[None]:
-    state = request.app.state
-    if getattr(state, counter) >= limit:
-        log.info("event=slot_refused counter=%s limit=%s path=%s", counter, limit, request.url.path)
-        raise refusal
-    setattr(state, counter, getattr(state, counter) + 1)
-    try:
-        yield
-    finally:
-        setattr(state, counter, getattr(state, counter) - 1)

@@ -85,6 +85,7 @@ async def receive_wheel(
     data_dir: Path,
     max_bytes: int,
     max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
+    checks: anyio.CapacityLimiter = _CHECKS,
 ) -> StoredWheel:
     """Stream the ``wheel`` file of a multipart body to disk, check it, and store it by sha256."""
     boundary = _boundary(request.headers.get("content-type", ""))
@@ -103,7 +104,6 @@ async def receive_wheel(
             await _stream(request, MultipartParser(boundary, sink.callbacks()), sink, body_limit)
             await _in_thread(_flush, out)
         filename = sink.filename
-        checks: anyio.CapacityLimiter = getattr(request.app.state, "upload_checks", _CHECKS)
         dist, version = await anyio.to_thread.run_sync(
             check_wheel, part, filename, Version(sink.version), max_unpacked_bytes, limiter=checks
         )

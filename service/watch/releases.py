@@ -71,10 +71,12 @@ class Watcher:
         self,
         settings: Settings,
         sessions: sessionmaker[Session],
+        announce: Callable[[Session, Build], None],
         on_queued: Callable[[], None],
         package: str = DISTRIBUTION,
     ) -> None:
         self.settings, self.sessions, self.on_queued = settings, sessions, on_queued
+        self.announce = announce  # the queue's announcement, with what a new build sets off
         self.package = package
         self.origins = origins_of(settings)
         self.failures = 0
@@ -225,7 +227,7 @@ class Watcher:
             )
             session.add(build)
             queue.create_jobs(session, build, self.settings)
-            queue.announce(session, build)
+            self.announce(session, build)
             release.state, release.build_id, release.reason = SUBMITTED, build.id, ""
             session.commit()
             return build.id

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from core.wire import BuildReport, JobKind, Stage
-from service.deps import MAX_ID, SessionDep
+from service.deps import MAX_ID, SessionDep, SettingsDep
 from service.models import Build
 from service.results import stored_reports
 from service.web.templating import not_found, templates
@@ -139,7 +139,11 @@ def sections(a: BuildReport, b: BuildReport) -> list[Section]:
 
 @router.get("/compare", response_class=HTMLResponse)
 def read_compare(
-    request: Request, session: SessionDep, a: IdQuery = None, b: IdQuery = None
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    a: IdQuery = None,
+    b: IdQuery = None,
 ) -> HTMLResponse:
     """Two builds side by side; without both ids, a form that asks for them."""
     if a is None or b is None:
@@ -148,7 +152,7 @@ def read_compare(
     missing = [i for i, build in found.items() if build is None]
     if missing:
         return not_found(request, f"No build {missing[0]}.")
-    ra, rb = (stored_reports.current(session, found[i]) for i in (a, b))  # type: ignore[arg-type]
+    ra, rb = (stored_reports.current(session, found[i], settings) for i in (a, b))  # type: ignore[arg-type]
     parts = sections(ra, rb)
     context = {"a": a, "b": b, "ra": ra, "rb": rb, "sections": parts}
     return templates.TemplateResponse(request, "compare.html", context)

@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.types import Receive, Scope, Send
 
+from service import state
 from service.config import Settings
 from service.deps import IdPath, SessionDep, SettingsDep, open_session
 from service.errors import NotFound
@@ -87,17 +88,18 @@ def snapshot(session: Session, settings: Settings, build_id: int, now: datetime)
 
 def _snapshot_now(app: FastAPI, build_id: int) -> dict[str, Any]:
     with open_session(app) as session:
-        return snapshot(session, app.state.settings, build_id, utcnow())
+        return snapshot(session, state.of(app).settings, build_id, utcnow())
 
 
 def _take(app: FastAPI, build_ids: list[int]) -> dict[int, dict[str, Any] | None]:
     """The hub's poll: every watched build's snapshot in one session (None: the build is gone)."""
     out: dict[int, dict[str, Any] | None] = {}
     now = utcnow()
+    settings = state.of(app).settings
     with open_session(app) as session:
         for build_id in build_ids:
             try:
-                out[build_id] = snapshot(session, app.state.settings, build_id, now)
+                out[build_id] = snapshot(session, settings, build_id, now)
             except NotFound:
                 out[build_id] = None
             session.expire_all()
@@ -154,9 +156,12 @@ async def stream_build_events(request: Request, build_id: IdPath) -> StreamingRe
     ``FE_CI_MAX_STREAMS`` open, ``FE_CI_MAX_STREAMS_PER_CLIENT`` per client: ``service/web/
     live_hub.py``)."""
     app = request.app
+    found = state.of(app)
     with contextlib.ExitStack() as held:
-        held.enter_context(live_hub.slots(app).hold(request))
-        hub = live_hub.hub(app, _take)
+        held.enter_context(found.live_slots.hold(request))
+        if found.live_hub is None:  # the first stream, inside the running loop
+            found.live_hub = live_hub.Hub(app, _take)
+        hub = found.live_hub
         first, _body = hub.current(build_id)
         if first is None:
             first = await run_in_threadpool(_snapshot_now, app, build_id)

@@ -94,29 +94,21 @@ class Hub:
             woken.set()
 
 
-def hub(app: FastAPI, take: Take) -> Hub:
-    """The app's one hub (made on the first stream, inside the running loop)."""
-    found: Hub | None = getattr(app.state, "live_hub", None)
-    if found is None:
-        found = app.state.live_hub = Hub(app, take)
-    return found
-
-
 class StreamSlots:
-    """Open streams in total and per client address."""
+    """Open streams in total and per client address (one per app, ``ServiceState.live_slots``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_streams: int, max_per_client: int) -> None:
+        self.max_streams, self.max_per_client = max_streams, max_per_client
         self.total = 0
         self.per_client: Counter[str] = Counter()
 
     @contextlib.contextmanager
     def hold(self, request: Request) -> Iterator[None]:
-        settings = request.app.state.settings
         client = request.client.host if request.client else "?"
-        if self.total >= settings.max_streams:
-            raise self._refusal(request, "max_streams", settings.max_streams)
-        if self.per_client[client] >= settings.max_streams_per_client:
-            raise self._refusal(request, "max_streams_per_client", settings.max_streams_per_client)
+        if self.total >= self.max_streams:
+            raise self._refusal(request, "max_streams", self.max_streams)
+        if self.per_client[client] >= self.max_per_client:
+            raise self._refusal(request, "max_streams_per_client", self.max_per_client)
         self.total += 1
         self.per_client[client] += 1
         try:
@@ -135,10 +127,3 @@ class StreamSlots:
             "read /builds/{id}/live.json",
             detail={setting: limit},
         )
-
-
-def slots(app: FastAPI) -> StreamSlots:
-    found: StreamSlots | None = getattr(app.state, "live_slots", None)
-    if found is None:
-        found = app.state.live_slots = StreamSlots()
-    return found

@@ -229,14 +229,14 @@ def gates_of(session: Session, settings: Settings, builds: list[Build]) -> dict[
         body[("gate", "reason")].as_string(),
     ).where(
         FinishedReport.build_id.in_(list(ended)),
-        FinishedReport.revision == stored_reports.revision(session),
+        FinishedReport.revision == stored_reports.revision(settings.require),
     )
     for build_id, conclusion, reason in session.execute(stmt):
         if conclusion in Conclusion.__members__:
             out[build_id] = gate_cell(Conclusion(conclusion), reason or "")
             del ended[build_id]
     for build in ended.values():
-        judged = stored_reports.current(session, build).gate
+        judged = stored_reports.current(session, build, settings).gate
         if judged is not None:
             out[build.id] = gate_cell(judged.conclusion, judged.reason)
     return out

@@ -158,7 +158,7 @@ def read_build_page(
     if build is None:
         return _not_found(request, f"No build {build_id}.")
     now = utcnow()
-    report = stored_reports.current(session, build)
+    report = stored_reports.current(session, build, settings)
     views = {j.id: j for j in load_jobs(session, [build_id]).get(build_id, [])}
     names = [j.runner for j in report.jobs if j.runner]
     labels = {
@@ -198,12 +198,12 @@ def read_build_page(
 
 
 @router.get("/builds/{build_id}/junit.xml")
-def read_build_junit(session: SessionDep, build_id: IdPath) -> Response:
+def read_build_junit(session: SessionDep, settings: SettingsDep, build_id: IdPath) -> Response:
     """The build's results as JUnit XML: one testcase per check."""
     build = session.get(Build, build_id)
     if build is None:
         raise NotFound(f"no build {build_id}")
-    body = junit_xml(stored_reports.current(session, build))
+    body = junit_xml(stored_reports.current(session, build, settings))
     headers = {"Content-Disposition": f'attachment; filename="fe-ci-build-{build_id}-junit.xml"'}
     return Response(body, media_type="application/xml", headers=headers)
 

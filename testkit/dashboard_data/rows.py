@@ -1,5 +1,6 @@
 """The rows a scenario writes: a seeder that allocates ids and inserts with Core, and the
-context a scenario writes builds, jobs, stages, findings, capabilities, drift and refusal rows with.
+context a scenario writes builds, jobs, stages (a refusal stage's rows in its stored result),
+findings, capabilities and drift with.
 
 The runs these rows describe (an sm_100 GPU job, a crash, a hang) are made up: no Blackwell GPU
 exists here and a test cannot wait for a real hang, so the rows stand in for what runners report.
@@ -25,7 +26,6 @@ from service.models import (
     Runner,
     StageRow,
     StoredDriftRow,
-    StoredRefusalRow,
 )
 
 ORDER = (
@@ -37,7 +37,6 @@ ORDER = (
     FindingRow,
     CapabilityRow,
     StoredDriftRow,
-    StoredRefusalRow,
 )
 ACTIVATIONS = tuple(consumer_subjects())
 REQUESTS = ("none", "env", "torch_flag", "both", "env_allow+torch_flag")
@@ -174,6 +173,17 @@ class Ctx:
         log: str = "",
         version: str | None = None,
     ) -> int:
+        result = {
+            "name": name,
+            "status": status,
+            "reason": reason,
+            "duration_s": duration,
+            "checks": [
+                {"name": c, "status": cs, "detail": d, "metrics": {}} for c, cs, d in checks or []
+            ],
+            "version": version,
+            "log_tail": log,
+        }
         stage_id = self.s.add(
             StageRow,
             job_id=job_id,
@@ -181,8 +191,7 @@ class Ctx:
             status=status,
             reason=reason,
             duration_s=duration,
-            version=version,
-            log_tail=log,
+            result=result,
             created_at=self.now - timedelta(minutes=20),
         )
         for check, check_status, detail in checks or []:
@@ -272,8 +281,14 @@ class Ctx:
                 )
 
     def refusal(self, build_id: int, job_id: int, *, broken: int = 0) -> None:
-        """The 80 rows of the consumer contract; the first ``broken`` deterministic rows observe
-        ``passed_false``."""
+        """The 80 rows of the consumer contract, in the result of the job's refusal stage (seeded
+        before); the first ``broken`` deterministic rows observe ``passed_false``."""
+        (stage,) = (
+            r
+            for r in self.s.rows.get(StageRow, [])
+            if r["job_id"] == job_id and r["name"] == "refusal"
+        )
+        rows = stage["result"].setdefault("refusal", [])
         left = broken
         for a, req, sb, fb, unit in itertools.product(
             ACTIVATIONS, REQUESTS, (False, True), (False, True), (False, True)
@@ -287,18 +302,17 @@ class Ctx:
             observed, status = expected, "pass"
             if expected == "deterministic" and left:
                 observed, status, left = "passed_false", "fail", left - 1
-            self.s.add(
-                StoredRefusalRow,
-                build_id=build_id,
-                job_id=job_id,
-                activation=a,
-                request=req,
-                scale_bias=sb,
-                fc1_bias=fb,
-                unit_scale=unit,
-                expected=expected,
-                observed=observed,
-                status=status,
-                detail="" if status == "pass" else "the knob was passed as False",
-                call_kwargs={"deterministic": True} if observed == "deterministic" else {},
+            rows.append(
+                {
+                    "activation": a,
+                    "request": req,
+                    "scale_bias": sb,
+                    "fc1_bias": fb,
+                    "unit_scale": unit,
+                    "expected": expected,
+                    "observed": observed,
+                    "status": status,
+                    "detail": "" if status == "pass" else "the knob was passed as False",
+                    "call_kwargs": {"deterministic": True} if observed == "deterministic" else {},
+                }
             )

@@ -11,8 +11,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from service.config import Settings
 from service.models import Build, Runner, utcnow
-from service.results.events import job_changed
+from service.results.events import Reactions, job_changed
 from testkit.dashboard_data.rows import Ctx, Seeder
 from testkit.dashboard_data.scenarios import SCENARIOS, scenario_pass
 
@@ -56,9 +57,10 @@ def seed_runners(s: Seeder, now: datetime) -> dict[str, int]:
 def refresh(engine: Engine, build_ids: list[int]) -> dict[int, tuple[str, str]]:
     """Store each build's verdict by the service's rule; returns (verdict, reason) by id."""
     out = {}
+    reactions = Reactions(Settings())
     with Session(engine) as session:
         for build_id in build_ids:
-            job_changed(session, build_id)
+            job_changed(session, build_id, reactions)
             build = session.get(Build, build_id)
             assert build is not None
             out[build_id] = (build.verdict, build.verdict_reason)

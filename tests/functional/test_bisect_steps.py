@@ -78,6 +78,7 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
     from service.config import Settings
     from service.jobs import bisection_runs
     from service.models import Bisection, Job
+    from service.results import events
 
     settings = Settings(data_dir=tmp_path, gpu_archs=["sm_90", "sm_100"])
     db.migrate(settings.url)
@@ -91,7 +92,7 @@ def test_a_determinism_step_runs_one_subject_on_its_family_only(tmp_path: Path) 
         bad="fail",
         stages=[Stage.install, Stage.probe, Stage.determinism],
     )
-    driver = bisection_runs.Driver(settings, sessions, on_queued=lambda: None)
+    driver = bisection_runs.Driver(events.Reactions(settings), sessions, on_queued=lambda: None)
     with sessions() as session:
         b = Bisection(
             repo="r",

@@ -150,11 +150,13 @@ def test_no_import_loop_between_modules(package: str) -> None:
     assert loops(import_graph(ROOT, package)) == []
 
 
-@pytest.mark.parametrize("package", ["runner", "cli", "service"])
+@pytest.mark.parametrize("package", ["runner", "cli", "core", "service"])
 def test_no_loop_even_through_a_type_only_import(package: str) -> None:
     """A loop closed under ``if TYPE_CHECKING:`` runs, but it still ties two modules into one: the
     sandbox's job box and the environments, a stage's process and the zygotes, each were such a
-    pair (what both needed now has a module of its own: ``envs/host.py``, ``stage_source.py``)."""
+    pair (what both needed now has a module of its own: ``envs/host.py``, ``stage_source.py``),
+    and so were core's bounds and the stage result they check (``wire.results.undeclared_configs``
+    now sits with the result)."""
     assert loops(import_graph(ROOT, package, when_run=False)) == []
 
 
@@ -250,38 +252,102 @@ def test_each_runner_module_imports_alone(
     assert got["stack"] == [], module
 
 
-# ------------------------------------------------------------------ the service's sessions
+# ------------------------------------------------------------------ the app's state
 
 
-def state_sessions_reads(path: Path) -> list[int]:
-    """The lines of ``path`` that read ``<something>.state.sessions`` (not those that set it)."""
+def app_state_uses(path: Path) -> list[int]:
+    """The lines of ``path`` that touch ``app.state`` (``request.app.state``, ``self.app.state``),
+    reading or setting."""
     tree = ast.parse(path.read_text(), str(path))
-    stores = {
-        id(t) for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
-    }
+
+    def is_app(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "app") or (
+            isinstance(node, ast.Attribute) and node.attr == "app"
+        )
+
     return sorted(
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and node.attr == "sessions"
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "state"
-        and id(node) not in stores
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "state" and is_app(node.value)
+        }
     )
 
 
-def test_the_service_opens_sessions_through_deps_alone(tmp_path: Path) -> None:
-    """``SessionDep`` for a route, ``deps.open_session`` (or ``deps.session_maker``) for the rest:
-    a session built by hand from the app's state is one more place to keep right."""
+def test_the_apps_state_is_one_typed_object_read_in_one_module(tmp_path: Path) -> None:
+    """``create_app`` sets one ``ServiceState`` and ``service/state.py`` alone reads it off
+    ``app.state`` (routes through ``deps.StateDep``): a key set in one module and read with
+    ``getattr`` in another is a fact mypy cannot see."""
     found = {
         str(path.relative_to(ROOT)): lines
         for path in sorted((ROOT / "service").rglob("*.py"))
-        if path != ROOT / "service" / "deps.py" and (lines := state_sessions_reads(path))
+        if path != ROOT / "service" / "state.py" and (lines := app_state_uses(path))
     }
     assert found == {}
     seen = tmp_path / "m.py"
-    seen.write_text("app.state.sessions = s\nwith request.app.state.sessions() as s:\n    pass\n")
-    assert state_sessions_reads(seen) == [2]  # the check sees a read, and leaves the setting be
+    seen.write_text("app.state.x = 1\nrequest.app.state.y\njob.state\nself.app.state.z\n")
+    assert app_state_uses(seen) == [1, 2, 4]  # the check sees each, and leaves a job's be
+
+
+def info_uses(path: Path) -> list[int]:
+    """The lines of ``path`` that touch a session's or a session factory's ``info``
+    (``session.info``, ``sessions.configure(info=...)``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "info"
+                and "session" in ast.unparse(node.value)
+            )
+            or (isinstance(node, ast.keyword) and node.arg == "info")
+        }
+    )
+
+
+# What a transaction asked for once it commits (commit statuses to send, a drain or a pump to
+# start): the one use of a session's ``info``, each read back by its own ``after_commit``.
+AFTER_COMMIT_MARKS = {
+    "service/jobs/bisection_runs.py",
+    "service/outbound/github.py",
+    "service/outbound/notifications.py",
+}
+
+
+def test_nothing_reaches_the_report_through_a_sessions_info() -> None:
+    """The settings a report is judged by, the GitHub reporter and the build-finished listeners
+    are arguments (``events.Reactions``, made in ``create_app``), never hung on the sessions."""
+    found = {
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        if info_uses(path)
+    }
+    assert found == AFTER_COMMIT_MARKS
+
+
+def alive_queries(path: Path) -> bool:
+    """Whether ``path`` compares ``Runner.last_seen_at`` in a query (the "runner alive" rule)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return any(
+        isinstance(node, ast.Compare)
+        and any(
+            ast.unparse(side) == "Runner.last_seen_at" for side in (node.left, *node.comparators)
+        )
+        for node in ast.walk(tree)
+    )
+
+
+def test_the_runners_alive_are_queried_in_one_module() -> None:
+    """``service/jobs/capable.py::alive``: the queue's ``auto`` families, the waiting cells and
+    the report's waiting reasons all read it (it was queried in four places)."""
+    found = {
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        if alive_queries(path)
+    }
+    assert found == {"service/jobs/capable.py"}
 
 
 # ------------------------------------------------------------------ what a service start loads

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from core.wire import (
     Capability,
+    Check,
     DriftRow,
     Finding,
     RefusalRow,
@@ -24,6 +25,7 @@ from core.wire import (
 )
 from runner.pipeline.localreport import local_report
 from runner.pipeline.stage_results import Result
+from service.config import Settings
 from service.db import make_engine, migrate
 from service.models import Build, Job
 from service.results.assemble import build_report, store_stage
@@ -84,7 +86,7 @@ def test_the_service_and_validate_assemble_the_same_report(session: Session) -> 
         store_stage(session, job, stage)
     job.state = "finished"
     session.flush()
-    service = build_report(session, build)
+    service = build_report(session, build, Settings())
 
     result = Result(stages=stages, capabilities={"sdpa_bwd": UNREAD}, version="1.32.0")
     local = local_report(result, wheel=None, family=None, version="1.32.0")
@@ -104,3 +106,55 @@ def test_the_service_and_validate_assemble_the_same_report(session: Session) -> 
     ]
     assert service.surface == local.surface and len(local.surface) == 1
     assert (service.verdict, service.verdict_reason) == (local.verdict, local.verdict_reason)
+
+
+CARRIED = {"findings", "capabilities", "drift", "refusal", "surface"}
+
+
+def test_a_stage_is_stored_whole_and_the_report_shows_it_as_posted(session: Session) -> None:
+    """Each stage's result is one stored document: the report's stage is what the runner posted
+    (what it carried is shown once per build), every field of it, so a field added to
+    ``StageResult`` reaches the report with no column, no migration and no assembler change."""
+    probe = StageResult(
+        name=Stage.probe,
+        status=Status.pass_,
+        reason="4 subjects probed",
+        duration_s=2.5,
+        version="1.32.0",
+        log_tail="x" * 5000 + "the end",
+        timings={"stage": {"import_s": 0.25}},
+        checks=[Check(name="sdpa_bwd.knob", status=Status.pass_, detail="found")],
+        capabilities={"sdpa_bwd": READ},
+    )
+    build = Build(source="wheel", version="1.32.0", filename="w-1.32.0.whl")
+    session.add(build)
+    session.flush()
+    job = Job(build_id=build.id, kind="cpu", stages=["probe"], state="finished")
+    session.add(job)
+    session.flush()
+    row = store_stage(session, job, probe)
+    session.flush()
+    assert row.result["timings"] == {"stage": {"import_s": 0.25}}  # stored as posted
+    (shown,) = build_report(session, build, Settings()).jobs[0].stages
+    posted = probe.model_dump(mode="json", exclude=CARRIED)
+    posted["log_tail"] = posted["log_tail"][-4000:]  # the end of a log is what is kept
+    assert shown.model_dump(mode="json", exclude=CARRIED) == posted
+
+
+def test_the_stages_columns_are_what_is_queried_across_builds() -> None:
+    """Beside the stored document, a stage's row keeps as columns only what the grid, the trends
+    and the line's feature regressions query across builds: a new stage field needs no column,
+    and what only the report reads (the refusal rows) has no table of its own."""
+    from service.models import Base, StageRow
+
+    assert "refusal_rows" not in Base.metadata.tables
+
+    columns = set(StageRow.__table__.columns.keys())
+    assert columns & set(StageResult.model_fields) == {
+        "name",
+        "status",
+        "reason",
+        "duration_s",
+        "surface",
+    }
+    assert "result" in columns

@@ -177,6 +177,7 @@ def test_two_jobs_of_one_build_finishing_at_once_finish_the_build(
     """Two transactions each end one of the build's two jobs; neither committed when the other
     reads. The build must still end finished with a verdict, not stay ``pending``."""
     from service import db
+    from service.config import Settings
     from service.models import Build, Job, utcnow
     from service.results import events
 
@@ -193,7 +194,7 @@ def test_two_jobs_of_one_build_finishing_at_once_finish_the_build(
     def finish(session: Any, job_id: int) -> None:
         job = session.get(Job, job_id)
         job.state, job.finished_at, job.lease_token_hash = "finished", utcnow(), None
-        events.job_changed(session, build_id)
+        events.job_changed(session, build_id, events.Reactions(Settings(url=database)))
 
     first, second = sessions(), sessions()
     finish(first, cpu["job_id"])  # its transaction stays open

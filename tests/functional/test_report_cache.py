@@ -139,7 +139,9 @@ def test_a_report_stored_before_the_doors_bounds_is_still_read(service: Service)
             "UPDATE finished_reports SET body = ? WHERE build_id = ?",
             (json.dumps(stored), build_id),
         )
-        conn.execute("UPDATE stages SET reason = ?", (old,))
+        conn.execute(  # the stage's column and its stored result alike
+            "UPDATE stages SET reason = ?, result = json_set(result, '$.reason', ?)", (old, old)
+        )
     page = loopback.get(f"{service.url}/builds/{build_id}")
     assert page.status_code == 200 and "kept before the bounds" in page.text
     junit = loopback.get(f"{service.url}/builds/{build_id}/junit.xml")

@@ -28,7 +28,6 @@ TABLES = (
     "findings",
     "capabilities",
     "drift",
-    "refusal_rows",
     "chosen_configs",
     "determinism_records",
 )

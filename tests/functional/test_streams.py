@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from service import state
 from service.app import create_app
 from service.config import Settings
 from service.web import live, live_hub
@@ -162,4 +163,4 @@ def test_the_streams_of_a_build_share_one_poll(
             while chunk := sock.recv(65536):
                 data += chunk
             assert b'"finished": true' in data, data[-500:]
-        assert app.state.live_slots.total == 0
+        assert state.of(app).live_slots.total == 0

@@ -18,8 +18,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.config import Settings
 from service.db import make_engine, migrate
 from service.jobs import queue
+from service.results.events import Reactions
 
 
 @pytest.fixture()
@@ -42,6 +44,10 @@ def writer(db: tuple[Path, sessionmaker[Session]]) -> Iterator[sqlite3.Connectio
     con.close()
 
 
+# no GitHub, no listeners: these tests look at the locks alone
+NO_REACTIONS = Reactions(Settings())
+
+
 def _impatient(session: Session) -> Session:
     session.execute(text("PRAGMA busy_timeout=0"))
     return session
@@ -51,7 +57,7 @@ def test_a_sweep_takes_the_write_lock_before_it_reads(
     db: tuple[Path, sessionmaker[Session]], writer: sqlite3.Connection
 ) -> None:
     with _impatient(db[1]()) as session, pytest.raises(OperationalError, match="locked"):
-        queue.sweep(session)
+        queue.sweep(session, NO_REACTIONS)
 
 
 def test_a_hand_back_takes_the_write_lock_before_it_reads(
@@ -63,12 +69,12 @@ def test_a_hand_back_takes_the_write_lock_before_it_reads(
 
     sessions = Impatient(db[1].kw["bind"])
     with pytest.raises(OperationalError, match="locked"):
-        queue.hand_back(sessions, 1, "token")
+        queue.hand_back(sessions, 1, "token", NO_REACTIONS)
 
 
 def test_without_another_writer_a_sweep_finds_nothing_to_do(
     db: tuple[Path, sessionmaker[Session]],
 ) -> None:
     with db[1]() as session:
-        assert queue.sweep(session) == 0
+        assert queue.sweep(session, NO_REACTIONS) == 0
         session.commit()

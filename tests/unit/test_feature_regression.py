@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.wire import RELEASES
+from service.config import Settings
 from service.db import make_engine, migrate
 from service.models import Build, CapabilityRow, FindingRow, Job
 from service.results import feature_regression
@@ -75,7 +76,7 @@ def _regressions(session: Session, build: Build, job: Job) -> list[FindingRow]:
 def test_a_job_that_read_the_knob_outweighs_one_that_could_not(session: Session) -> None:
     _build(session, "1.31.0", READ)
     build, job = _build(session, "1.32.0", UNREAD, READ)  # the unread row comes first
-    assert build_report(session, build).capabilities[SUBJECT].present is True
+    assert build_report(session, build, Settings()).capabilities[SUBJECT].present is True
     assert _regressions(session, build, job) == []
 
 
@@ -84,7 +85,7 @@ def test_a_knob_no_job_can_reach_is_a_regression(session: Session) -> None:
     build, job = _build(session, "1.32.0", UNREAD, UNREAD)
     (found,) = _regressions(session, build, job)
     assert found.subject == SUBJECT and found.severity == "error"
-    assert build_report(session, build).capabilities[SUBJECT].importable is False
+    assert build_report(session, build, Settings()).capabilities[SUBJECT].importable is False
 
 
 def test_a_release_compares_with_the_previous_release_of_its_line(session: Session) -> None:

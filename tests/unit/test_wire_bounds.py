@@ -22,6 +22,7 @@ from core.wire import (
     StagePost,
     Status,
 )
+from core.wire.results import undeclared_configs
 from runner.pipeline.stage_results import accepted
 
 SDPA = SUBJECTS["sdpa_bwd"].config_names
@@ -117,18 +118,18 @@ def test_a_config_must_be_one_its_subject_declares() -> None:
         "b98_nothing": post(drift=[drift(config={"name": "b98_nothing"})]),
     }
     for name, body in cases.items():
-        bad = bounds.undeclared_configs(StagePost.model_validate(body).result)
+        bad = undeclared_configs(StagePost.model_validate(body).result)
         assert bad is not None and bad.config == name[: bounds.NAME_CHARS], name
         assert bad.known and str(bad).startswith(f"{bad.subject} has no config")
     made_up = post(checks=[check(name="no_such_subject.deterministic", config_name=SDPA[0])])
-    bad = bounds.undeclared_configs(StagePost.model_validate(made_up).result)
+    bad = undeclared_configs(StagePost.model_validate(made_up).result)
     assert bad is not None and bad.known is None and "not a subject" in str(bad)
     # a declared config, or a check that names none, is not refused
     for body in (
         post(checks=[check(config={"name": SDPA[1]}, config_name=SDPA[1])]),
         post(checks=[check(name="consumer.srelu", status_text="x")]),
     ):
-        assert bounds.undeclared_configs(StagePost.model_validate(body).result) is None
+        assert undeclared_configs(StagePost.model_validate(body).result) is None
     # the runner refuses it too, before the post: a stage that names one is an error there
     doc = {"status": "pass", "reason": "", "checks": [check(config_name="b99_nothing")]}
     why = accepted(Stage.determinism, doc, 1.0)
