@@ -62,6 +62,7 @@ class JobRunner:
             subjects=lease.subjects,
             comparison=list(lease.comparison),
             trusted_source=lease.trusted_source,
+            refusal_scope=lease.refusal_scope,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

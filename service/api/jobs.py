@@ -42,7 +42,7 @@ from service.deps import (
     session_maker,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
-from service.jobs import queue, transitions, wake
+from service.jobs import queue, refusal_reuse, transitions, wake
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
 from service.results import (
@@ -94,6 +94,7 @@ def _lease(
         subjects=job.subjects,
         comparison=comparison,
         trusted_source=trust.trusted_source(session, build, request.app.state.settings.repo_url),
+        refusal_scope=refusal_reuse.scope(job, build.jobs),
     )
 
 
