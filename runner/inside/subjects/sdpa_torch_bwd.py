@@ -18,8 +18,13 @@ from typing import Any
 import torch
 
 from core.subjects import Subject
+from runner.inside.subjects.attention import (
+    attention_reference,
+    cu_seqlens,
+    packed_reference,
+    shapes,
+)
 from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
-from runner.inside.subjects.sdpa_bwd import attention_reference
 from runner.inside.torchflag import Arms
 
 DECLARATION = Subject(
@@ -74,22 +79,6 @@ TOLERANCES = tolerances_of(DECLARATION)
 NAMES = tuple(DECLARATION.outputs)
 
 
-def shapes(params: dict[str, Any]) -> tuple[tuple[int, ...], list[int] | None]:
-    """The shape of Q, K, V and dO ([B, H, S, D] dense, [T, H, D] packed) and the THD lengths."""
-    if params["layout"] == "thd":
-        lens = [int(n) for n in params["lens"]]
-        return (sum(lens), params["h"], params["d"]), lens
-    return (params["b"], params["h"], params["s"], params["d"]), None
-
-
-def cu_seqlens(lens: list[int], device: torch.device) -> torch.Tensor:
-    """[0, l0, l0 + l1, ...] as int32: the offsets of the packed sequences."""
-    offsets = [0]
-    for n in lens:
-        offsets.append(offsets[-1] + n)
-    return torch.tensor(offsets, dtype=torch.int32, device=device)
-
-
 @dataclass
 class SdpaTorchWorkload:
     config: Config
@@ -135,15 +124,7 @@ class SdpaTorchWorkload:
         q, k, v, d_o = (t.detach() for t in (self.q, self.k, self.v, self.d_o))
         if self.lens is None:
             return attention_reference(q, k, v, d_o, causal=True, scale=self.scale)
-        parts: dict[str, list[torch.Tensor]] = {n: [] for n in NAMES}
-        start = 0
-        for n in self.lens:  # each sequence alone, [T, H, D] -> [1, H, T, D]
-            one = [t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v, d_o)]
-            grads = attention_reference(*one, causal=True, scale=self.scale)
-            for name in NAMES:
-                parts[name].append(grads[name][0].transpose(0, 1))
-            start += n
-        return {name: torch.cat(parts[name]) for name in NAMES}
+        return packed_reference(q, k, v, d_o, self.lens, scale=self.scale)
 
 
 class SdpaTorchBwd:
