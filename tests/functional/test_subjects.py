@@ -64,6 +64,8 @@ def test_a_subject_definition_covers_what_its_comparisons_stand_on() -> None:
 def _work(params: dict) -> int:
     if "cols" in params:  # a top-k selection: every value of every row
         return params["rows"] * params["cols"]
+    if "topk" in params:  # sparse attention: each query's heads over its selected rows
+        return params["s_q"] * params["h"] * params["topk"]
     if "experts" in params:
         return params["experts"] * params["tokens"] * params["n"] * params["k"]
     if "dim" in params:  # a causal convolution: every output of every channel

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from core.subjects import SUBJECTS
-from runner.inside.subjects import attention, indexer_top_k
+from runner.inside.subjects import attention, dsa_sparse_attention_bwd, indexer_top_k
 from runner.inside.subjects.attention import attention_reference, packed_forward, packed_reference
+from runner.inside.subjects.base import fake_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = ("b1_h8_s512_d64_causal", "b4_h16_s2048_d128_causal", "b4_h16_s4096_d128_causal",
@@ -152,3 +153,34 @@ def test_fe_ci_configs_lists_the_new_configs() -> None:
     assert all(name in sdpa for name in VARIANTS["sdpa_bwd"])
     assert sdpa.index("b8_h16_s4096_d128_causal") < sdpa.index("dbias_b12")
     assert "h=32 h_kv=8" in sdpa and "bias=True" in sdpa and "layout=thd" in sdpa
+
+
+def test_the_dsa_reference_matches_dense_attention_masked_to_each_querys_rows() -> None:
+    """The float32 reference of the sparse backward against the same attention over every KV
+    row with the unselected ones masked out and the sink as one more logit, through autograd."""
+    params = {"s_q": 6, "s_kv": 40, "h": 4, "topk": 8}
+    x = dsa_sparse_attention_bwd.inputs(params, torch.device("cpu"))
+    assert x["idx"].dtype == torch.int32 and x["idx"].shape == (6, 8)
+    assert all(row.unique().numel() == 8 for row in x["idx"])  # distinct rows per query
+    got = dsa_sparse_attention_bwd.dsa_reference(x["q"], x["kv"], x["idx"], x["sink"],
+                                                 x["dout"], x["scale"], chunk=4)  # fmt: skip
+    q, kv, sink = (t.detach().double().requires_grad_() for t in (x["q"], x["kv"], x["sink"]))
+    mask = torch.full((6, 40), float("-inf"), dtype=torch.float64)
+    mask.scatter_(1, x["idx"].long(), 0.0)
+    scores = x["scale"] * torch.einsum("shd,td->sht", q, kv) + mask[:, None, :]
+    logits = torch.cat([scores, sink.view(1, -1, 1).expand(6, -1, 1)], dim=-1)
+    p = torch.softmax(logits, dim=-1)[..., :-1]
+    torch.einsum("sht,td->shd", p, kv[:, :512]).backward(x["dout"].double())
+    for name, leaf in (("dq", q), ("dkv", kv), ("d_sink", sink)):
+        assert leaf.grad is not None
+        torch.testing.assert_close(got[name].double(), leaf.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_the_dsa_compile_uses_fake_cuda_tensors_of_the_declared_shapes() -> None:
+    spec = dsa_sparse_attention_bwd.shapes(dict(SUBJECTS["dsa_sparse_attention_bwd"].configs[1][1]))
+    made = fake_cuda(*spec.values())
+    assert [(tuple(t.shape), t.dtype, t.device.type) for t in made] == [
+        (shape, dtype, "cuda") for shape, dtype in spec.values()
+    ]
+    s = SUBJECTS["dsa_sparse_attention_bwd"]
+    assert s.compile_only and s.families == ("sm_100",) and s.knob == "deterministic"

@@ -158,12 +158,14 @@ def _aligned_workspace(_framework: Any, nbytes: int, device: Any) -> torch.Tenso
 def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any]:
     """Drive a wrapper until its kernel compiles for sm_100a, as if on such a GPU; no launch.
 
-    The wrapper's own code builds the kernel object, checks support and compiles through the
-    CuTe DSL (``CUTE_DSL_ARCH`` must name the target before the DSL is imported); only the device
-    queries are answered as an sm_100 GPU would answer them, and the kernel object's ``compile``
+    The wrapper's own code (or a kernel class's, given ``fake_cuda`` sample tensors) builds the
+    kernel object, checks support and compiles through the CuTe DSL (``CUTE_DSL_ARCH`` must name
+    the target before the DSL is imported); only the device queries are answered as an sm_100 GPU
+    would answer them (and ``torch.cuda.device`` is a no-op), and the kernel object's ``compile``
     stops the call before anything could run.
     """
-    from contextlib import ExitStack
+    from contextlib import ExitStack, nullcontext
+    from types import SimpleNamespace
     from unittest import mock
 
     import cutlass.cute
@@ -188,6 +190,7 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
     answers = {
         "cuda_is_available": lambda: True,
         "get_compute_capability": lambda *_a: (10, 0),
+        "device_capability": lambda *_a: (10, 0),
         "allocate_byte_workspace": _aligned_workspace,
     }
     with ExitStack() as stack:
@@ -198,6 +201,9 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
         patch(mock.patch.object(torch.cuda, "is_available", lambda: True))
         patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
         patch(mock.patch.object(torch.cuda, "get_device_capability", lambda *_a: (10, 0)))
+        patch(mock.patch.object(torch.cuda, "device", lambda *_a, **_k: nullcontext()))
+        props = SimpleNamespace(major=10, minor=0, multi_processor_count=B200_SMS, name="sm_100")
+        patch(mock.patch.object(torch.cuda, "get_device_properties", lambda *_a: props))
         for module in modules:
             for name, value in answers.items():
                 if hasattr(module, name):
@@ -207,6 +213,15 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
         except _Compiled:
             return kernels
     raise RuntimeError("the wrapper returned without compiling a kernel")
+
+
+def fake_cuda(*specs: tuple[tuple[int, ...], torch.dtype]) -> list[torch.Tensor]:
+    """Tensors that say they live on a CUDA device, without one (torch's fake tensors: shape,
+    strides, dtype and device, no data): a kernel class's sample tensors for a compile."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in specs]
 
 
 def _artifact(kernel: Any, name: str) -> bytes:
