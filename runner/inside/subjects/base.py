@@ -57,6 +57,36 @@ def tolerances_of(subject: Declaration) -> dict[str, Tolerance]:
     return {name: Tolerance(**bound) for name, bound in subject.outputs.items()}
 
 
+@dataclass
+class Prepared:
+    """What a subject's workload holds besides its inputs: its config, its device, and the
+    numerics bound of each output (``Harness.prepare`` gives it the declaration's)."""
+
+    config: Config
+    device: torch.device
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+
+
+class Harness:
+    """A subject's harness from its declaration and its workload class: ``name`` and ``configs``
+    are the declaration's, ``prepare(config, device)`` builds ``workload(config, device)`` with
+    the declaration's tolerances; ``extra`` sets attributes the stage reads where present
+    (``kernel_cache``)."""
+
+    def __init__(self, declaration: Declaration, workload: Any, **extra: Any) -> None:
+        self.name = declaration.name
+        self.configs = configs_of(declaration)
+        self.tolerances = tolerances_of(declaration)
+        self.workload = workload
+        for attr, value in extra.items():
+            setattr(self, attr, value)
+
+    def prepare(self, config: Config, device: torch.device) -> Any:
+        work = self.workload(config, device)
+        work.tolerances = dict(self.tolerances)
+        return work
+
+
 class Workload(Protocol):
     tolerances: Mapping[str, Tolerance]
 

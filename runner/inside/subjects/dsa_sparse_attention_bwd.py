@@ -16,7 +16,7 @@ fake CUDA tensors, since the wrapper insists on a CUDA device).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,7 +24,8 @@ import torch
 from core.subjects import Subject
 from runner.inside.subjects.base import (
     Config,
-    Tolerance,
+    Harness,
+    Prepared,
     configs_of,
     fake_cuda,
     seeded,
@@ -127,11 +128,7 @@ def dsa_reference(
 
 
 @dataclass
-class DsaWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
-
+class DsaWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn.deepseek_sparse_attention import (
             sparse_attention,
@@ -157,15 +154,7 @@ class DsaWorkload:
         return dsa_reference(x["q"], x["kv"], x["idx"], x["sink"], x["dout"], x["scale"])
 
 
-class DsaSparseAttentionBwd:
-    name = DECLARATION.name
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> DsaWorkload:
-        return DsaWorkload(config, device)
-
-
-SUBJECT = DsaSparseAttentionBwd()
+SUBJECT = Harness(DECLARATION, DsaWorkload)
 
 
 def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:

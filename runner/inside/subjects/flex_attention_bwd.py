@@ -11,14 +11,14 @@ payloads; each run clears the leaf gradients and runs forward and backward throu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from core.subjects import Subject
 from runner.inside.subjects.attention import attention_reference, kv_heads
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="flex_attention_bwd",
@@ -64,11 +64,7 @@ def causal_mask_func(b: int, s: int, device: torch.device) -> torch.Tensor:
 
 
 @dataclass
-class FlexWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
-
+class FlexWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn.flex_attention import create_mask_plan, flex_attn_func
 
@@ -102,16 +98,7 @@ class FlexWorkload:
         return {name: g.transpose(1, 2) for name, g in grads.items()}
 
 
-class FlexAttentionBwd:
-    name = DECLARATION.name
-    configs = CONFIGS
-    # its kernels persist in this subdirectory of the compile cache, one set for every config:
-    # its deterministic arm compiled ahead in a process of its own when the cache is cold
-    # (``runner/inside/ahead.py``)
-    kernel_cache = "flex"
-
-    def prepare(self, config: Config, device: torch.device) -> FlexWorkload:
-        return FlexWorkload(config, device)
-
-
-SUBJECT = FlexAttentionBwd()
+# its kernels persist in this subdirectory of the compile cache, one set for every config:
+# its deterministic arm compiled ahead in a process of its own when the cache is cold
+# (``runner/inside/ahead.py``)
+SUBJECT = Harness(DECLARATION, FlexWorkload, kernel_cache="flex")

@@ -12,12 +12,12 @@ documented order: per row, a stable descending sort (ties keep column order), it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="indexer_top_k",
@@ -67,11 +67,7 @@ def top_k_reference(values: torch.Tensor, top_k: int) -> dict[str, torch.Tensor]
 
 
 @dataclass
-class TopKWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
-
+class TopKWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn.deepseek_sparse_attention import indexer_top_k_wrapper
 
@@ -89,12 +85,4 @@ class TopKWorkload:
         return top_k_reference(self.values, self.config.params["top_k"])
 
 
-class IndexerTopK:
-    name = DECLARATION.name
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> TopKWorkload:
-        return TopKWorkload(config, device)
-
-
-SUBJECT = IndexerTopK()
+SUBJECT = Harness(DECLARATION, TopKWorkload)

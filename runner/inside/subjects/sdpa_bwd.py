@@ -16,7 +16,7 @@ statistics computed in float32 since the statistics stay padded) and dBias (``bi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ import torch
 from core.subjects import Subject
 from runner.inside.subjects import attention
 from runner.inside.subjects.attention import attention_reference
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="sdpa_bwd",
@@ -84,11 +84,7 @@ def _round64(n: int) -> int:
 
 
 @dataclass
-class SdpaWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
-
+class SdpaWorkload(Prepared):
     def __post_init__(self) -> None:
         import cudnn
 
@@ -240,12 +236,4 @@ class SdpaWorkload:
         return {name: grads[name] for name in TOLERANCES}
 
 
-class SdpaBwd:
-    name = DECLARATION.name
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> SdpaWorkload:
-        return SdpaWorkload(config, device)
-
-
-SUBJECT = SdpaBwd()
+SUBJECT = Harness(DECLARATION, SdpaWorkload)

@@ -24,14 +24,13 @@ from runner.inside.subjects.attention import (
     packed_reference,
     shapes,
 )
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 from runner.inside.torchflag import Arms
 
 DECLARATION = Subject(
     name="sdpa_torch_bwd",
     entry_point="cudnn.sdpa.fwd.torch_op._sdpa_backward",
     knob="torch_flag",
-    probe_method="torch_flag",
     families=("sm_90", "sm_100"),
     # bf16 gradients against a float32 computation from the same bf16 inputs, as sdpa_bwd's.
     outputs={
@@ -44,8 +43,7 @@ DECLARATION = Subject(
     alternates=("cudnn.experimental.ops.sdpa._sdpa_backward",),
     note="cudnn.sdpa_torch's autograd backward; control: flag off, deterministic arm: flag "
     "on, its runs alternating with warn_only=True",
-    has="cudnn.sdpa_torch's backward already follows torch.use_deterministic_algorithms",
-    lacks="cudnn.sdpa_torch's backward does not read torch.are_deterministic_algorithms_enabled()",
+    backward_of="cudnn.sdpa_torch",
     # Small to large; the packed THD configs are ragged sequences (token counts per sequence),
     # causal, padded LSE.
     configs=(
@@ -80,10 +78,7 @@ NAMES = tuple(DECLARATION.outputs)
 
 
 @dataclass
-class SdpaTorchWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+class SdpaTorchWorkload(Prepared):
     arms: Arms = field(default_factory=Arms)
 
     def __post_init__(self) -> None:
@@ -127,12 +122,4 @@ class SdpaTorchWorkload:
         return packed_reference(q, k, v, d_o, self.lens, scale=self.scale)
 
 
-class SdpaTorchBwd:
-    name = "sdpa_torch_bwd"
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> SdpaTorchWorkload:
-        return SdpaTorchWorkload(config, device)
-
-
-SUBJECT = SdpaTorchBwd()
+SUBJECT = Harness(DECLARATION, SdpaTorchWorkload)
