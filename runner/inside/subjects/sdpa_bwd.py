@@ -159,7 +159,7 @@ class SdpaWorkload(Prepared):
         stats.set_dim(self.stats.size()).set_stride(self.stats.stride())
         self._build(cudnn, g)
         io = {q: self.q, k: self.k, v: self.v, o: self.o, stats: self.stats}
-        if bias is not None:
+        if self.bias is not None:
             io[bias] = self.bias
         return g, io
 
