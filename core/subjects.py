@@ -176,7 +176,10 @@ def _configs_of_file(name: str, other: str, own: Any) -> Any:
     """The configs subject ``other`` declares (read from its module's source), for ``name``."""
     if own:
         raise ValueError(f"{name}: configs_from={other!r} and configs of its own; one of them")
-    fields = declaration_fields(SUBJECTS_DIR / f"{other}.py") if other.isidentifier() else None
+    try:
+        fields = declaration_fields(SUBJECTS_DIR / f"{other}.py") if other.isidentifier() else None
+    except DeclarationError:
+        fields = None
     if not fields or not fields.get("configs") or fields.get("configs_from"):
         raise ValueError(f"{name}: configs_from={other!r} names no subject declaring configs")
     return fields["configs"]
