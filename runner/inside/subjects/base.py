@@ -275,7 +275,10 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
 
     module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}
-    config = configs[params.get("config") or module.SUBJECT.configs[1].name]
+    # the module's COMPILE_CONFIG where it names one, else the second config
+    config = configs[
+        params.get("config") or getattr(module, "COMPILE_CONFIG", module.SUBJECT.configs[1].name)
+    ]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
     for knob in (True, False):
         arm = "deterministic" if knob else "default"
