@@ -16,7 +16,8 @@ and one that raises records the exception's type and message instead; the whole 
 Sections here: the SDPA family (``cudnn.sdpa_torch`` through autograd, ``torch.ops.cudnn.sdpa_bwd``,
 ``pygraph.sdpa_backward`` with GQA and dBias, ``pygraph.sdpa_fp8_backward``); the rest
 (causal conv1d, DeepSeek sparse attention, indexer top-k, flex attention) are in
-bench/gpu_surface_more.py. Standard library, torch and the frontend only.
+bench/gpu_surface_more.py. Standard library, torch, the frontend and the checkout's float32
+attention references (``runner/inside/subjects/attention.py``) only.
 
 On a GPU host without a registry (Python 3.12): the frontend wheel (about 12 MB) installs with
 ``pip install --no-index --no-deps --target DIR`` and ``PYTHONPATH=DIR``; the CuTe DSL sections

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from runner.inside.subjects.attention import attention_reference  # noqa: F401 (re-exported)
+
 Outputs = dict[str, torch.Tensor]
 
 FLAG_MODES = ("off", "on", "warn_only")
@@ -182,46 +184,6 @@ def expect_raise(fn: Callable[[], object], expected: type[BaseException]) -> dic
     out["as_expected"] = out["raised"] is not None and out["raised"]["type"] == expected.__name__
     out["warnings"] = [f"{w.category.__name__}: {str(w.message)[:300]}" for w in caught][:5]
     return out
-
-
-def attention_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    d_o: torch.Tensor,
-    *,
-    causal: bool,
-    scale: float,
-    heads_per_chunk: int = 8,
-) -> Outputs:
-    """dq, dk, dv of softmax(scale Q K^T) V in float32, BHSD; K/V heads may divide Q's (GQA)."""
-    b, h, s_q, _ = q.shape
-    h_kv, s_k = k.shape[1], k.shape[2]
-    group = h // h_kv
-    kk, vv = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    grads = {
-        n: torch.empty(t.shape, dtype=torch.float32, device=t.device)
-        for n, t in (("dq", q), ("dk", kk), ("dv", vv))
-    }
-    flat = [t.reshape(b * h, *t.shape[2:]) for t in (q, kk, vv, d_o)]
-    out = [grads[n].view(b * h, *grads[n].shape[2:]) for n in ("dq", "dk", "dv")]
-    mask = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).triu(1) if causal else None
-    for lo in range(0, b * h, heads_per_chunk):
-        qc, kc, vc, doc = (t[lo : lo + heads_per_chunk].float() for t in flat)
-        scores = scale * qc @ kc.transpose(1, 2)
-        if mask is not None:
-            scores.masked_fill_(mask, -math.inf)
-        p = torch.softmax(scores, dim=-1)
-        o = p @ vc
-        dp = doc @ vc.transpose(1, 2)
-        ds = p * (dp - (doc * o).sum(dim=-1, keepdim=True))
-        out[0][lo : lo + heads_per_chunk] = scale * ds @ kc
-        out[1][lo : lo + heads_per_chunk] = scale * ds.transpose(1, 2) @ qc
-        out[2][lo : lo + heads_per_chunk] = p.transpose(1, 2) @ doc
-    if group > 1:
-        for n in ("dk", "dv"):
-            grads[n] = grads[n].view(b, h_kv, group, s_k, -1).sum(dim=2)
-    return grads
 
 
 Results = list[dict[str, Any]]

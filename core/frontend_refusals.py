@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CHECK_PREFIX = "frontend_refusal"
+# A refusal stage that ran only these rows (a lease's ``refusal_scope``): its consumer's rows are
+# the CPU job's decisions, reused, and its check ``refusal.reused_decisions`` says so.
+FRONTEND_ONLY = "frontend"
+REUSED_CHECK = "refusal.reused_decisions"
 
 
 @dataclass(frozen=True)

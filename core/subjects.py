@@ -67,8 +67,9 @@ class Subject:
     outputs: Mapping[str, Mapping[str, float]]
     # How the knob is found: "signature" reads inspect.signature; "docstring" reads the first line
     # of a compiled pybind11 method's __doc__ (those have no readable signature); "torch_flag"
-    # reads its source: the knob is TORCH_FLAG, present when it reads the torch flag.
-    probe_method: str = "signature"
+    # reads its source: the knob is TORCH_FLAG, present when it reads the torch flag. "" (the
+    # default): "torch_flag" for the TORCH_FLAG knob, else "signature".
+    probe_method: str = ""
     # Extra keyword arguments the entry point needs for this subject (e.g. act_func="dswiglu").
     fixed_kwargs: dict[str, str] = field(default_factory=dict)
     note: str = ""
@@ -99,8 +100,19 @@ class Subject:
     # The oldest cuDNN backend library the entry point runs on ("" = any): on an older one the
     # subject is skipped, "not covered: needs a newer cuDNN backend", never an error of the build.
     min_backend: str = ""
+    # A torch-flag subject: the public call whose autograd backward the entry point is, for the
+    # ledger's wording ("cudnn.sdpa_torch's backward already follows ...").
+    backward_of: str = ""
+    # Another subject (of the same folder) whose configs this one walks, instead of ``configs``.
+    configs_from: str = ""
 
     def __post_init__(self) -> None:
+        if not self.probe_method:
+            object.__setattr__(self, "probe_method",
+                               TORCH_FLAG if self.knob == TORCH_FLAG else "signature")  # fmt: skip
+        if self.configs_from:
+            object.__setattr__(self, "configs", _configs_of_file(self.name, self.configs_from,
+                                                                 self.configs))  # fmt: skip
         for name in ("families", "alternates", "configs"):  # a list declared reads as a tuple
             object.__setattr__(self, name, tuple(tuple(v) if name == "configs" else v
                                                  for v in getattr(self, name)))  # fmt: skip
@@ -160,6 +172,19 @@ class Subject:
         return importlib.import_module(self.module_name).SUBJECT
 
 
+def _configs_of_file(name: str, other: str, own: Any) -> Any:
+    """The configs subject ``other`` declares (read from its module's source), for ``name``."""
+    if own:
+        raise ValueError(f"{name}: configs_from={other!r} and configs of its own; one of them")
+    try:
+        fields = declaration_fields(SUBJECTS_DIR / f"{other}.py") if other.isidentifier() else None
+    except DeclarationError:
+        fields = None
+    if not fields or not fields.get("configs") or fields.get("configs_from"):
+        raise ValueError(f"{name}: configs_from={other!r} names no subject declaring configs")
+    return fields["configs"]
+
+
 @dataclass(frozen=True)
 class Feature:
     """Something the probe detects on a build, whose release history the ledger keeps.
@@ -182,13 +207,14 @@ class Feature:
 def knob_feature(s: Subject) -> Feature:
     short = s.entry_point.rsplit(".", 1)[-1]
     if s.probe_method == "torch_flag":
+        short = f"{s.backward_of}'s backward" if s.backward_of else short
         return Feature(
             id=s.feature,
             subject=s.name,
             entry_points=s.entry_points,
             detect={"method": "torch_flag"},
             has=s.has or f"{short} already follows torch.use_deterministic_algorithms",
-            lacks=s.lacks or f"{short} does not read the torch flag",
+            lacks=s.lacks or f"{short} does not read torch.are_deterministic_algorithms_enabled()",
         )
     return Feature(
         id=s.feature,

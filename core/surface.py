@@ -165,6 +165,14 @@ def coverage(
             row.update(status=EXERCISED, why=f"{s.name} on {', '.join(ran)}")
         elif s.name in compiled:
             row.update(status=COMPILE_ONLY, why=f"{s.name} compiled for sm_100a, not run")
+        elif refused_here := _refusal_only(knob, refused) if refusals_of(knob) else None:
+            # a subject of another family, and a family where the frontend must refuse it
+            if refused_here["status"] == REFUSAL_ONLY:
+                row.update(status=REFUSAL_ONLY, why=refused_here["why"] + f"; {s.name} would "
+                           f"run it on {', '.join(s.families)}")  # fmt: skip
+            else:
+                row.update(status=UNCOVERED, why=f"would run as {s.name} on "
+                           f"{', '.join(s.families)}; {refused_here['why']}")  # fmt: skip
         else:
             row.update(
                 status=UNCOVERED,

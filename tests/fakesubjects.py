@@ -74,7 +74,7 @@ class FakeSubject:
         return self.make(config.name)
 
 
-SDPA_CONFIGS = (  # sdpa_bwd's config names (core/subjects.py): the service checks them
+SDPA_CONFIGS = (  # sdpa_bwd's dense config names (core/subjects.py): the service checks them
     "b1_h8_s512_d64_causal",
     "b4_h16_s2048_d128_causal",
     "b4_h16_s4096_d128_causal",

@@ -6,7 +6,7 @@ sends is bounded here (``core/bounds.py``) and refused whole with a 422 past it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -112,6 +112,9 @@ class JobLease(WireModel):
     start_configs: list[RememberedConfig] = Field(default_factory=list)  # gpu jobs
     subjects: list[str] | None = None  # only these subjects (a bisection step); None: all
     comparison: list[ComparisonPoint] = Field(default_factory=list)  # gpu jobs: the pins
+    # the refusal stage's rows: "all", or "frontend": only the frontend's own refusal rows, the
+    # consumer's rows being the CPU job's decisions, reused (service/jobs/refusal_reuse.py)
+    refusal_scope: Literal["all", "frontend"] = "all"
     # the build's source is trusted (a commit of the configured repository, built by fe-ci's
     # own builder): the service decides; only then may its compiled kernels be shared by source
     trusted_source: bool = False

@@ -63,6 +63,7 @@ class JobRunner:
             comparison=list(lease.comparison),
             trusted_source=lease.trusted_source,
             cudnn=lease.cudnn if lease.kind == "gpu" else None,
+            refusal_scope=lease.refusal_scope,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

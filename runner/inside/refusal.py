@@ -18,6 +18,9 @@ On an sm_100 GPU the ``deterministic`` rows belong to the determinism harness: `
 its ``determinism`` argument. The module's entry point passes none, and on an sm_100 job says so in
 a ``skipped`` check, so such a job cannot read as covered.
 
+With ``scope`` ``"frontend"`` (a GPU job whose consumer rows are the CPU job's decisions, reused:
+the lease says so) only the frontend's own rows run (``frontend_only``).
+
 Output (``core.wire.results.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
 ``<subject>.refusal`` per activation, ``refusal.state_restored``, ``refusal.te_gate``, and
 ``refusal.determinism_harness`` on sm_100, and ``frontend_refusal.<row>`` per refusal the
@@ -35,6 +38,7 @@ from typing import Any
 
 import torch
 
+from core.frontend_refusals import FRONTEND_ONLY, REUSED_CHECK
 from core.subjects import HARNESS_REFUSAL_FAMILIES, family_of
 from runner.inside import consumer, frontend_refusal
 from runner.inside._io import run_stage
@@ -60,6 +64,8 @@ DeterminismHarness = Callable[[consumer.StepConfig], Mapping[str, Any]]
 
 def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -> RefusalDoc:
     """The refusal stage; ``determinism`` is the hook for the sm_100 harness (see module doc)."""
+    if params.get("scope") == FRONTEND_ONLY:
+        return frontend_only(params)
     supports = {a: consumer.knob_support(a) for a in ACTIVATIONS}
     runnable = tuple(a for a in ACTIVATIONS if supports[a].importable)
     checks: list[CheckDoc] = []
@@ -145,6 +151,28 @@ def run(params: dict[str, Any], determinism: DeterminismHarness | None = None) -
     )
     findings = consumer_gaps(rows)
     return _result(rows, checks, findings, supports, runnable, reason_extra)
+
+
+def frontend_only(params: Mapping[str, Any]) -> RefusalDoc:
+    """Only the frontend's own refusal rows (a GPU job whose consumer rows are the CPU job's
+    decisions, reused): those rows' checks, and ``refusal.reused_decisions`` saying the consumer's
+    rows were not made here (the service fills in whose they are and how they ended)."""
+    own = frontend_refusal.checks(*_host(params))
+    counts = ", ".join(f"{n} {st}" for st, n in sorted(Counter(c["status"] for c in own).items()))
+    reused: CheckDoc = {
+        "name": REUSED_CHECK,
+        "status": "not_applicable",
+        "detail": "the consumer's rows were not run here: this job reuses the cpu job's decisions",
+    }
+    ran = [c for c in own if c["status"] not in ("skipped", "not_applicable")]
+    return {
+        "status": _worst(c["status"] for c in ran) if ran else "not_applicable",
+        "reason": f"frontend refusal rows only ({counts}); the consumer's rows are reused",
+        "checks": [*own, reused],
+        "findings": [],
+        "refusal": [],
+        "knobs": {},
+    }
 
 
 def _host(params: Mapping[str, Any]) -> tuple[torch.device | None, str | None, str | None]:

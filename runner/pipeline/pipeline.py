@@ -305,6 +305,7 @@ class Pipeline:
     def refusal(self) -> StageResult:
         params = {
             "family": self.opts.family,
+            "scope": self.opts.refusal_scope,
             "capabilities": {k: v.model_dump() for k, v in self.result.capabilities.items()},
         }
         return self.run_inside(Stage.refusal, params)

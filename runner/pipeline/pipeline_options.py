@@ -47,6 +47,9 @@ class Options:
     # the service says the build is a commit of its repository built by its builder: compiled
     # kernels are then also published under the key of their sources (runner/cache/compile_cache.py)
     trusted_source: bool = False
+    # the refusal stage's rows: "all", or "frontend" (the frontend's own refusal rows only: a GPU
+    # job whose consumer rows are the CPU job's decisions, reused; the lease says which)
+    refusal_scope: str = "all"
     previous: dict[str, Capability] | None = None
     # the previous report's determinism surface (--previous): knobs removed, changed, added
     previous_surface: list[dict[str, Any]] | None = None

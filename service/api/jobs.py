@@ -45,7 +45,7 @@ from service.deps import (
     open_session,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
-from service.jobs import queue, transitions
+from service.jobs import queue, refusal_reuse, transitions
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
 from service.results import (
@@ -99,6 +99,7 @@ def _lease(
         trusted_source=trust.trusted_source(session, build, get_settings(request).repo_url),
         cell=job.cell,
         cudnn=cells.parse_requires(job.requires).get(cells.CUDNN),
+        refusal_scope=refusal_reuse.scope(job, build.jobs),
     )
 
 

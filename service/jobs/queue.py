@@ -17,7 +17,6 @@ from core.wire import JobKind, JobOutcome, JobState, Stage
 from service.config import Settings
 from service.db import locks_rows
 from service.jobs import capable, transitions
-from service.jobs.refusal_reuse import gpu_stages
 from service.models import PER_JOB_TABLES, Artifact, Build, Job, Runner, StageRow, utcnow
 from service.results import events
 
@@ -58,7 +57,8 @@ def create_jobs(
     only: tuple[list[Stage], str | None, list[str] | None] | None = None,
 ) -> list[Job]:
     """A ``cpu`` job, and one ``gpu`` job per family to cover (``build`` first for commits); a
-    GPU job runs refusal only where its family changes the CPU job's decisions (sm_100).
+    GPU job's refusal stage runs the frontend's own rows only where its family reuses the CPU
+    job's decisions for the consumer's (its lease's ``refusal_scope``).
 
     ``only=(stages, family, subjects)``: one job that runs just those stages (and subjects), the
     CPU job where ``family`` is None, else that family's GPU job (a bisection step runs only what
@@ -81,8 +81,8 @@ def create_jobs(
     deadline = transitions.gpu_wait_deadline(settings, now)
     families = gpu_families(session, settings, now) if only is None else [only_family]
     for cell in matrix_cells([f for f in families if f], settings, only):
-        if only is None:  # refusal where the family changes it (service/jobs/refusal_reuse.py)
-            stages = gpu_stages(GPU_STAGES, cell.family, has_cpu_job=True)
+        if only is None:  # refusal rows by family: service/jobs/refusal_reuse.py
+            stages = list(GPU_STAGES)
         jobs.append(
             Job(
                 kind=JobKind.gpu,

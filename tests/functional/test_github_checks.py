@@ -17,6 +17,7 @@ import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from core.frontend_refusals import REUSED_CHECK
 from service.config import Settings
 from service.outbound.github import StatusReporter
 from service.outbound.statuses import CommitStatus
@@ -94,7 +95,9 @@ def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str, blackwell: bool 
     ]
     _post(gpu, lease, {"name": "determinism", "status": sdpa, "checks": checks})
     _post(gpu, lease, {"name": "numerics", "status": "pass"})
-    assert "refusal" not in lease["stages"]  # an sm_90 job reuses the CPU job's decisions
+    assert lease["refusal_scope"] == "frontend"  # it reuses the CPU job's consumer decisions
+    _post(gpu, lease, {"name": "refusal", "status": "not_applicable", "checks": [
+        {"name": REUSED_CHECK, "status": "not_applicable", "detail": "not run here"}]})  # fmt: skip
     _finish(gpu, lease)
 
     cpu = register(svc, "cpu-1")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core.subjects import SUBJECTS
 from runner.inside import plan
 from testkit import loopback, processes
 from testkit.service import REGISTER, SUBMIT, Service
@@ -151,7 +152,7 @@ def test_an_operator_re_pins_and_a_new_series_starts_with_a_marker(stream: Strea
     err = resp.json()["error"]
     assert resp.status_code == 422 and err["code"] in ("unknown_config", "validation_error")
     assert all(name in json.dumps(err) for name in SDPA_CONFIGS)
-    assert resp.json()["error"]["detail"]["known"] == list(SDPA_CONFIGS)
+    assert resp.json()["error"]["detail"]["known"] == list(SUBJECTS["sdpa_bwd"].config_names)
     assert repin(svc, ADMIN, {"config": B8}, "sm_90/no_such_subject").status_code == 404
     assert repin(svc, ADMIN, {"config": B8}, "sm_90/grouped_gemm_dsrelu").status_code == 400
     assert repin(svc, ADMIN, {"config": B8, "extra": 1}).status_code == 422

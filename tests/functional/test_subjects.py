@@ -21,7 +21,7 @@ import torch
 from core.subjects import SUBJECTS
 from runner.inside.compileonly import COMPILE_ONLY
 from runner.inside.subjects import flex_attention_bwd, grouped_gemm_dglu, grouped_gemm_dsrelu
-from runner.inside.subjects.sdpa_bwd import attention_reference
+from runner.inside.subjects.attention import attention_reference
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +62,10 @@ def test_a_subject_definition_covers_what_its_comparisons_stand_on() -> None:
 
 
 def _work(params: dict) -> int:
+    if "cols" in params:  # a top-k selection: every value of every row
+        return params["rows"] * params["cols"]
+    if "topk" in params:  # sparse attention: each query's heads over its selected rows
+        return params["s_q"] * params["h"] * params["topk"]
     if "experts" in params:
         return params["experts"] * params["tokens"] * params["n"] * params["k"]
     if "dim" in params:  # a causal convolution: every output of every channel

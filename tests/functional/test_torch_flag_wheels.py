@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from core.frontend_refusals import FRONTEND_REFUSALS
+from core.frontend_refusals import FRONTEND_REFUSALS, REUSED_CHECK
 from runner.pipeline.ledger import ledger_findings
 from testkit.registry import registry_wheel
 from testkit.service import ROOT
@@ -39,6 +39,8 @@ for name in SUBJECT_NAMES:
 for f in FEATURES:
     out["features"][f.id] = probe.detect_feature(f)[0]
 out["rows"] = frontend_refusal.checks(None, None, None)
+from runner.inside import refusal
+out["frontend_only"] = refusal.run({"scope": "frontend", "family": "sm_90"})
 if out["probe"]["sdpa_torch_bwd"]["cap"]["present"]:
     from runner.inside.subjects.sdpa_torch_bwd import SUBJECT
     for config in (SUBJECT.configs[0], SUBJECT.configs[1]):  # dense, then packed THD
@@ -128,6 +130,21 @@ def test_refusal_rows_on_cpu_are_never_a_pass(read: dict) -> None:
     conv = [c for c in read["1.32.0"]["rows"] if ".causal_conv1d_bwd." in f".{c['name']}"]
     assert [c["status"] for c in conv] == ["skipped", "skipped"]
     assert all("no CUDA GPU" in c["detail"] for c in conv)
+
+
+def test_a_frontend_only_refusal_stage_runs_the_frontend_rows_and_no_consumer_row(
+    read: dict,
+) -> None:
+    """The lease's ``refusal_scope`` "frontend" (an sm_90 job reusing the CPU job's decisions):
+    the real 1.32.0 build's rows, none of the consumer's 80, and the marker the service fills."""
+    doc = read["1.32.0"]["frontend_only"]
+    assert doc["refusal"] == [] and doc["findings"] == []
+    names = [c["name"] for c in doc["checks"]]
+    assert names == [*(r.check for r in FRONTEND_REFUSALS), REUSED_CHECK]
+    dsa = [c for c in doc["checks"] if c["name"].startswith("frontend_refusal.dsa_")]
+    assert [c["status"] for c in dsa] == ["skipped", "skipped"]  # no GPU here: never a pass
+    assert all(c["detail"] for c in dsa)  # why, in words (here: no GPU, or no CuTe DSL)
+    assert doc["status"] == "not_applicable" and "consumer's rows are reused" in doc["reason"]
 
 
 def test_each_refusal_row_is_owed_from_the_release_its_declaration_says() -> None:

@@ -190,3 +190,31 @@ def test_lists_in_a_declaration_read_as_tuples(tmp_path: Path) -> None:
     )
     listed = declared(tmp_path)["listed"]
     assert (listed.families, listed.configs) == (("sm_90",), (("small", {"n": 1}),))
+
+
+def test_a_subject_may_walk_another_subjects_configs_and_only_one_set() -> None:
+    """``configs_from`` reads the other subject's configs from its module's source (dGLU walks
+    dSReLU's shapes); declaring both, or naming a subject without configs, is refused."""
+    dglu, dsrelu = SUBJECTS["grouped_gemm_dglu"], SUBJECTS["grouped_gemm_dsrelu"]
+    assert dglu.configs_from == "grouped_gemm_dsrelu" and dglu.configs == dsrelu.configs
+    base = {"name": "x", "entry_point": "cudnn.x", "knob": "deterministic",
+            "families": ("sm_90",), "outputs": {"dx": {"atol": 1.0, "rtol": 0.0}}}  # fmt: skip
+    with pytest.raises(ValueError, match="one of them"):
+        subjects.Subject(**base, configs=(("a", {}),), configs_from="grouped_gemm_dsrelu")
+    for other in ("no_such_subject", "../core/subjects", "grouped_gemm_dglu"):  # dglu has none
+        with pytest.raises(ValueError, match="names no subject declaring configs"):
+            subjects.Subject(**base, configs_from=other)
+
+
+def test_a_torch_flag_declaration_needs_no_probe_method_and_says_whose_backward() -> None:
+    conv = SUBJECTS["causal_conv1d_bwd"]
+    assert (
+        conv.probe_method == subjects.TORCH_FLAG and conv.backward_of == "cudnn.ops.causal_conv1d"
+    )
+    feature = subjects.knob_feature(conv)
+    assert feature.has == (
+        "cudnn.ops.causal_conv1d's backward already follows torch.use_deterministic_algorithms"
+    )
+    assert "does not read torch.are_deterministic_algorithms_enabled()" in feature.lacks
+    assert SUBJECTS["sdpa_bwd"].probe_method == "docstring"  # declared, kept
+    assert SUBJECTS["flex_attention_bwd"].probe_method == "signature"  # the default

@@ -68,7 +68,23 @@ def test_an_sm_90_job_that_reused_the_cpu_decisions_leaves_them_not_covered() ->
     gpu = _job("gpu", "sm_90", reused, 2)
     seen = _dsa(_report(cpu, gpu))
     assert seen and all(
-        status == "not_covered" and why.startswith("would be refusal-only")
-        for status, why in seen.values()
+        status == "not_covered" and "would be refusal-only" in why for status, why in seen.values()
     )
     assert coverage.refused_of(_report(cpu, gpu)) == {}
+
+
+def test_a_knob_with_an_sm_100_subject_and_an_sm_90_refusal_reads_refusal_only_on_sm_90() -> None:
+    """DSA sparse attention backward is a subject on sm_100 and a refusal row on sm_90: an sm_90
+    fleet that ran the row covers it refusal-only, saying where the subject would run; a fleet
+    that compiled the subject for sm_100a reads compile-only."""
+    cpu = _job("cpu", None, _refusal("pass", _rows("skipped")), 1)
+    gpu = _job("gpu", "sm_90", _refusal("pass", _rows("pass")), 2)
+    status, why = _dsa(_report(cpu, gpu))["sparse_attention_backward_wrapper"]
+    assert status == "refusal_only"
+    assert "checked on sm_90" in why and "dsa_sparse_attention_bwd would run it on sm_100" in why
+    compiled = coverage.surface.coverage(
+        [k for k in KNOBS if k["entry_point"].endswith("sparse_attention_backward_wrapper")
+         and k["knob"] == "deterministic"], {}, {"dsa_sparse_attention_bwd"},
+        coverage.refused_of(_report(cpu, gpu)),
+    )  # fmt: skip
+    assert [r["status"] for r in compiled] == ["compile_only"]

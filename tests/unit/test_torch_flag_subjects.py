@@ -198,7 +198,8 @@ def test_knobs_with_a_refusal_row_or_a_torch_flag_subject_are_no_longer_warned()
     assert "sparse_attention_backward_wrapper(deterministic" not in named
     assert "indexer_backward_wrapper(deterministic=" not in named
     assert "torch_op._sdpa_backward" not in named and "_run_causal_conv1d_bulk_backend" not in named
-    assert "indexer_top_k_wrapper(deterministic" in named  # still uncovered, still said
+    assert "indexer_top_k_wrapper(deterministic" not in named  # the indexer_top_k subject's
+    assert "CSACompressorBackward(deterministic" in named  # still uncovered, still said
 
 
 def _reads_it() -> bool:

@@ -57,6 +57,36 @@ def tolerances_of(subject: Declaration) -> dict[str, Tolerance]:
     return {name: Tolerance(**bound) for name, bound in subject.outputs.items()}
 
 
+@dataclass
+class Prepared:
+    """What a subject's workload holds besides its inputs: its config, its device, and the
+    numerics bound of each output (``Harness.prepare`` gives it the declaration's)."""
+
+    config: Config
+    device: torch.device
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+
+
+class Harness:
+    """A subject's harness from its declaration and its workload class: ``name`` and ``configs``
+    are the declaration's, ``prepare(config, device)`` builds ``workload(config, device)`` with
+    the declaration's tolerances; ``extra`` sets attributes the stage reads where present
+    (``kernel_cache``)."""
+
+    def __init__(self, declaration: Declaration, workload: Any, **extra: Any) -> None:
+        self.name = declaration.name
+        self.configs = configs_of(declaration)
+        self.tolerances = tolerances_of(declaration)
+        self.workload = workload
+        for attr, value in extra.items():
+            setattr(self, attr, value)
+
+    def prepare(self, config: Config, device: torch.device) -> Any:
+        work = self.workload(config, device)
+        work.tolerances = dict(self.tolerances)
+        return work
+
+
 class Workload(Protocol):
     tolerances: Mapping[str, Tolerance]
 
@@ -158,12 +188,14 @@ def _aligned_workspace(_framework: Any, nbytes: int, device: Any) -> torch.Tenso
 def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any]:
     """Drive a wrapper until its kernel compiles for sm_100a, as if on such a GPU; no launch.
 
-    The wrapper's own code builds the kernel object, checks support and compiles through the
-    CuTe DSL (``CUTE_DSL_ARCH`` must name the target before the DSL is imported); only the device
-    queries are answered as an sm_100 GPU would answer them, and the kernel object's ``compile``
+    The wrapper's own code (or a kernel class's, given ``fake_cuda`` sample tensors) builds the
+    kernel object, checks support and compiles through the CuTe DSL (``CUTE_DSL_ARCH`` must name
+    the target before the DSL is imported); only the device queries are answered as an sm_100 GPU
+    would answer them (and ``torch.cuda.device`` is a no-op), and the kernel object's ``compile``
     stops the call before anything could run.
     """
-    from contextlib import ExitStack
+    from contextlib import ExitStack, nullcontext
+    from types import SimpleNamespace
     from unittest import mock
 
     import cutlass.cute
@@ -188,6 +220,7 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
     answers = {
         "cuda_is_available": lambda: True,
         "get_compute_capability": lambda *_a: (10, 0),
+        "device_capability": lambda *_a: (10, 0),
         "allocate_byte_workspace": _aligned_workspace,
     }
     with ExitStack() as stack:
@@ -198,6 +231,9 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
         patch(mock.patch.object(torch.cuda, "is_available", lambda: True))
         patch(mock.patch.object(torch.cuda, "current_device", lambda: 0))
         patch(mock.patch.object(torch.cuda, "get_device_capability", lambda *_a: (10, 0)))
+        patch(mock.patch.object(torch.cuda, "device", lambda *_a, **_k: nullcontext()))
+        props = SimpleNamespace(major=10, minor=0, multi_processor_count=B200_SMS, name="sm_100")
+        patch(mock.patch.object(torch.cuda, "get_device_properties", lambda *_a: props))
         for module in modules:
             for name, value in answers.items():
                 if hasattr(module, name):
@@ -207,6 +243,15 @@ def compile_for_sm100(call: Any, api_class: Any, modules: list[Any]) -> list[Any
         except _Compiled:
             return kernels
     raise RuntimeError("the wrapper returned without compiling a kernel")
+
+
+def fake_cuda(*specs: tuple[tuple[int, ...], torch.dtype]) -> list[torch.Tensor]:
+    """Tensors that say they live on a CUDA device, without one (torch's fake tensors: shape,
+    strides, dtype and device, no data): a kernel class's sample tensors for a compile."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in specs]
 
 
 def _artifact(kernel: Any, name: str) -> bytes:
@@ -230,7 +275,10 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
 
     module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}
-    config = configs[params.get("config") or module.SUBJECT.configs[1].name]
+    # the module's COMPILE_CONFIG where it names one, else the second config
+    config = configs[
+        params.get("config") or getattr(module, "COMPILE_CONFIG", module.SUBJECT.configs[1].name)
+    ]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
     for knob in (True, False):
         arm = "deterministic" if knob else "default"

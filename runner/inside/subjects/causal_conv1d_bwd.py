@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 from runner.inside.torchflag import Arms
 
 DECLARATION = Subject(
     name="causal_conv1d_bwd",
     entry_point="cudnn.ops.causal_conv1d._run_causal_conv1d_bulk_backend",
     knob="torch_flag",
-    probe_method="torch_flag",
     families=("sm_90", "sm_100"),
     outputs={
         "dx": {"atol": 2e-2, "rtol": 2e-2},
@@ -32,9 +31,7 @@ DECLARATION = Subject(
     },
     note="cudnn.ops.causal_conv1d's autograd backward, bf16, width 4, SiLU, channel-last x, "
     "no bias; with a bias the flag must refuse (frontend refusal rows)",
-    has="cudnn.ops.causal_conv1d's backward already follows torch.use_deterministic_algorithms",
-    lacks="cudnn.ops.causal_conv1d's backward does not read torch.are_deterministic_"
-    "algorithms_enabled()",
+    backward_of="cudnn.ops.causal_conv1d",
     # The H200's cuDNN 9.19.0 has no cudnnCausalConv1dForward (1.32.0 raises "Unable to find
     # symbol"); 9.20.0 is the lower bound that evidence allows, not a measured first release.
     min_backend="9.20.0",
@@ -74,10 +71,7 @@ def conv_reference(
 
 
 @dataclass
-class ConvWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+class ConvWorkload(Prepared):
     arms: Arms = field(default_factory=Arms)
 
     def __post_init__(self) -> None:
@@ -114,12 +108,4 @@ class ConvWorkload:
         return conv_reference(self.base.detach().transpose(1, 2), self.weight, self.dy)
 
 
-class CausalConv1dBwd:
-    name = "causal_conv1d_bwd"
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> ConvWorkload:
-        return ConvWorkload(config, device)
-
-
-SUBJECT = CausalConv1dBwd()
+SUBJECT = Harness(DECLARATION, ConvWorkload)

@@ -1,6 +1,7 @@
 """``flex_attention_bwd``: ``cudnn.flex_attention.flex_attn_func(..., deterministic=)`` backward.
 
-Causal attention as an interval-mask plan: ``create_mask_plan`` takes ``mask_func`` of shape
+Causal attention as an interval-mask plan (K and V with ``h_kv`` heads where a config is
+grouped-query): ``create_mask_plan`` takes ``mask_func`` of shape
 ``[Hmask, nfunc, total_q]`` (int32) whose endpoints give each query its visible sample-local key
 intervals ``[0, F0) U [F1, F2) ...``; causal (top-left, equal lengths) is one function per query,
 ``F0 = i + 1`` for sample-local query ``i``. The plan is built once per config, with backward
@@ -10,14 +11,14 @@ payloads; each run clears the leaf gradients and runs forward and backward throu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
-from runner.inside.subjects.sdpa_bwd import attention_reference
+from runner.inside.subjects.attention import attention_reference, kv_heads
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="flex_attention_bwd",
@@ -37,6 +38,11 @@ DECLARATION = Subject(
         ("b1_s512_h8_d128_causal", {"b": 1, "s": 512, "h": 8, "d": 128}),
         ("b2_s2048_h16_d128_causal", {"b": 2, "s": 2048, "h": 16, "d": 128}),
         ("b4_s4096_h16_d128_causal", {"b": 4, "s": 4096, "h": 16, "d": 128}),
+        # grouped-query (K, V with h_kv heads) and head dim 256: other kernels of the same
+        # backward, after the walk's own (not measured yet: their CuTe DSL did not import in the
+        # H200's run, docs/measurements/surface-sm90-2026-12-05a.txt)
+        ("gqa_b4_s4096_hq32_hkv8_d128_causal", {"b": 4, "s": 4096, "h": 32, "h_kv": 8, "d": 128}),
+        ("hd256_b4_s4096_h32_d256_causal", {"b": 4, "s": 4096, "h": 32, "d": 256}),
     ),
     history={
         "since": "1.29.0",
@@ -58,11 +64,7 @@ def causal_mask_func(b: int, s: int, device: torch.device) -> torch.Tensor:
 
 
 @dataclass
-class FlexWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
-
+class FlexWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn.flex_attention import create_mask_plan, flex_attn_func
 
@@ -74,7 +76,8 @@ class FlexWorkload:
             t = torch.randn(*shape, generator=gen, device=self.device).to(torch.bfloat16)
             return t.requires_grad_()
 
-        self.q, self.k, self.v = (leaf(b, s, h, d) for _ in range(3))
+        h_kv = kv_heads(p)
+        self.q, self.k, self.v = leaf(b, s, h, d), leaf(b, s, h_kv, d), leaf(b, s, h_kv, d)
         self.d_o = torch.randn(b, s, h, d, generator=gen, device=self.device).to(torch.bfloat16)
         self.scale = 1.0 / math.sqrt(d)
         mask = causal_mask_func(b, s, self.device)
@@ -95,16 +98,7 @@ class FlexWorkload:
         return {name: g.transpose(1, 2) for name, g in grads.items()}
 
 
-class FlexAttentionBwd:
-    name = DECLARATION.name
-    configs = CONFIGS
-    # its kernels persist in this subdirectory of the compile cache, one set for every config:
-    # its deterministic arm compiled ahead in a process of its own when the cache is cold
-    # (``runner/inside/ahead.py``)
-    kernel_cache = "flex"
-
-    def prepare(self, config: Config, device: torch.device) -> FlexWorkload:
-        return FlexWorkload(config, device)
-
-
-SUBJECT = FlexAttentionBwd()
+# its kernels persist in this subdirectory of the compile cache, one set for every config:
+# its deterministic arm compiled ahead in a process of its own when the cache is cold
+# (``runner/inside/ahead.py``)
+SUBJECT = Harness(DECLARATION, FlexWorkload, kernel_cache="flex")

@@ -8,13 +8,20 @@ has it) makes that bit-exact. It is documented not to cover dbias, so only dprob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, tolerances_of
+from runner.inside.subjects.base import (
+    Config,
+    Harness,
+    Prepared,
+    Tolerance,
+    configs_of,
+    tolerances_of,
+)
 from runner.inside.subjects.grouped_gemm_dsrelu import WRAPPER_KWARGS, MoeInputs, build_moe_inputs
 
 DECLARATION = Subject(
@@ -28,13 +35,7 @@ DECLARATION = Subject(
     compile_only=True,
     activation="swiglu",
     consumer_class="GroupedMLP_CuTeGEMMGLU",
-    # grouped_gemm_dsrelu's shapes (C twice as wide)
-    configs=(
-        ("e4_t256_n512_k1024", {"experts": 4, "tokens": 256, "n": 512, "k": 1024}),
-        ("e8_t1024_n2048_k1024", {"experts": 8, "tokens": 1024, "n": 2048, "k": 1024}),
-        ("e16_t1024_n2048_k1024", {"experts": 16, "tokens": 1024, "n": 2048, "k": 1024}),
-        ("e16_t2048_n4096_k1024", {"experts": 16, "tokens": 2048, "n": 4096, "k": 1024}),
-    ),
+    configs_from="grouped_gemm_dsrelu",  # its shapes (C twice as wide)
     history={
         "since": "1.29.1",
         "missing_in": ["1.30.0"],
@@ -64,12 +65,19 @@ def dglu_reference(x: MoeInputs) -> dict[str, torch.Tensor]:
     return {"dprob": (torch.nn.functional.silu(gate) * linear * g).sum(dim=1).view(-1, 1, 1)}
 
 
-@dataclass
-class DgluWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+def dglu_kwargs(x: MoeInputs, knob: bool) -> dict[str, Any]:
+    """The wrapper's arguments for ``x``, the knob as given (a fresh zeroed dprob each call)."""
+    return {
+        "a_tensor": x.a, "c_tensor": x.c, "sfa_tensor": x.sfa, "padded_offsets": x.padded_offsets,
+        "alpha_tensor": x.alpha, "beta_tensor": x.beta, "prob_tensor": x.prob,
+        "dprob_tensor": torch.zeros_like(x.prob), "b_tensor": x.b, "sfb_tensor": x.sfb,
+        "norm_const_tensor": x.norm_const, "d_dtype": torch.float8_e4m3fn, "act_func": ACT_FUNC,
+        "deterministic": knob, **WRAPPER_KWARGS,
+    }  # fmt: skip
 
+
+@dataclass
+class DgluWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn import grouped_gemm_dglu_wrapper_sm100
 
@@ -78,39 +86,14 @@ class DgluWorkload:
         self.x = build_moe_inputs(self.config.params, self.device, c_width=2 * n, seed=1029)
 
     def run(self, knob: bool) -> dict[str, torch.Tensor]:
-        x = self.x
-        out = self.fn(
-            a_tensor=x.a,
-            c_tensor=x.c,
-            sfa_tensor=x.sfa,
-            padded_offsets=x.padded_offsets,
-            alpha_tensor=x.alpha,
-            beta_tensor=x.beta,
-            prob_tensor=x.prob,
-            dprob_tensor=torch.zeros_like(x.prob),  # must start zeroed: a fresh one per run
-            b_tensor=x.b,
-            sfb_tensor=x.sfb,
-            norm_const_tensor=x.norm_const,
-            d_dtype=torch.float8_e4m3fn,
-            act_func=ACT_FUNC,
-            deterministic=knob,
-            **WRAPPER_KWARGS,
-        )
+        out = self.fn(**dglu_kwargs(self.x, knob))
         return {"dprob": out["dprob_tensor"]}
 
     def reference(self) -> dict[str, torch.Tensor]:
         return dglu_reference(self.x)
 
 
-class GroupedGemmDglu:
-    name = DECLARATION.name
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> DgluWorkload:
-        return DgluWorkload(config, device)
-
-
-SUBJECT = GroupedGemmDglu()
+SUBJECT = Harness(DECLARATION, DgluWorkload)
 
 
 def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
@@ -121,22 +104,6 @@ def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
     x = build_moe_inputs(config.params, torch.device("cpu"), c_width=2 * n, seed=1029)
 
     def call() -> Any:
-        return api.grouped_gemm_dglu_wrapper_sm100(
-            a_tensor=x.a,
-            c_tensor=x.c,
-            sfa_tensor=x.sfa,
-            padded_offsets=x.padded_offsets,
-            alpha_tensor=x.alpha,
-            beta_tensor=x.beta,
-            prob_tensor=x.prob,
-            dprob_tensor=torch.zeros_like(x.prob),
-            b_tensor=x.b,
-            sfb_tensor=x.sfb,
-            norm_const_tensor=x.norm_const,
-            d_dtype=torch.float8_e4m3fn,
-            act_func=ACT_FUNC,
-            deterministic=knob,
-            **WRAPPER_KWARGS,
-        )
+        return api.grouped_gemm_dglu_wrapper_sm100(**dglu_kwargs(x, knob))
 
     return call, api.GroupedGemmDgluSm100, [api]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import Config, Harness, Prepared, configs_of, seeded, tolerances_of
 
 DECLARATION = Subject(
     name="grouped_gemm_dsrelu",
@@ -203,12 +203,18 @@ WRAPPER_KWARGS: dict[str, Any] = {
 }
 
 
-@dataclass
-class DsreluWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+def dsrelu_kwargs(x: MoeInputs, knob: bool) -> dict[str, Any]:
+    """The wrapper's arguments for ``x`` (dprob and dbias generated), the knob as given."""
+    return {
+        "a_tensor": x.a, "b_tensor": x.b, "c_tensor": x.c, "sfa_tensor": x.sfa,
+        "sfb_tensor": x.sfb, "padded_offsets": x.padded_offsets, "alpha_tensor": x.alpha,
+        "prob_tensor": x.prob, "generate_dbias": True, "norm_const_tensor": x.norm_const,
+        "d_dtype": torch.float8_e4m3fn, "deterministic": knob, **WRAPPER_KWARGS,
+    }  # fmt: skip
 
+
+@dataclass
+class DsreluWorkload(Prepared):
     def __post_init__(self) -> None:
         from cudnn import grouped_gemm_dsrelu_wrapper_sm100
 
@@ -218,38 +224,15 @@ class DsreluWorkload:
         )
 
     def run(self, knob: bool) -> dict[str, torch.Tensor]:
-        x = self.x
-        out = self.fn(
-            a_tensor=x.a,
-            b_tensor=x.b,
-            c_tensor=x.c,
-            sfa_tensor=x.sfa,
-            sfb_tensor=x.sfb,
-            padded_offsets=x.padded_offsets,
-            alpha_tensor=x.alpha,
-            prob_tensor=x.prob,
-            dprob_tensor=None,  # the wrapper allocates a zeroed one per call
-            generate_dbias=True,
-            norm_const_tensor=x.norm_const,
-            d_dtype=torch.float8_e4m3fn,
-            deterministic=knob,
-            **WRAPPER_KWARGS,
-        )
+        # dprob_tensor None: the wrapper allocates a zeroed one per call
+        out = self.fn(**dsrelu_kwargs(self.x, knob), dprob_tensor=None)
         return {"dprob": out["dprob_tensor"], "dbias": out["dbias_tensor"]}
 
     def reference(self) -> dict[str, torch.Tensor]:
         return dsrelu_reference(self.x)
 
 
-class GroupedGemmDsrelu:
-    name = DECLARATION.name
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> DsreluWorkload:
-        return DsreluWorkload(config, device)
-
-
-SUBJECT = GroupedGemmDsrelu()
+SUBJECT = Harness(DECLARATION, DsreluWorkload)
 
 
 def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
@@ -259,20 +242,6 @@ def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
     x = build_moe_inputs(config.params, torch.device("cpu"), c_width=config.params["n"], seed=1028)
 
     def call() -> Any:
-        return api.grouped_gemm_dsrelu_wrapper_sm100(
-            a_tensor=x.a,
-            b_tensor=x.b,
-            c_tensor=x.c,
-            sfa_tensor=x.sfa,
-            sfb_tensor=x.sfb,
-            padded_offsets=x.padded_offsets,
-            alpha_tensor=x.alpha,
-            prob_tensor=x.prob,
-            generate_dbias=True,
-            norm_const_tensor=x.norm_const,
-            d_dtype=torch.float8_e4m3fn,
-            deterministic=knob,
-            **WRAPPER_KWARGS,
-        )
+        return api.grouped_gemm_dsrelu_wrapper_sm100(**dsrelu_kwargs(x, knob))
 
     return call, api.GroupedGemmDsreluSm100, [api]

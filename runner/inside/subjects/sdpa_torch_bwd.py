@@ -18,15 +18,19 @@ from typing import Any
 import torch
 
 from core.subjects import Subject
-from runner.inside.subjects.base import Config, Tolerance, configs_of, seeded, tolerances_of
-from runner.inside.subjects.sdpa_bwd import attention_reference
+from runner.inside.subjects.attention import (
+    attention_reference,
+    cu_seqlens,
+    packed_reference,
+    shapes,
+)
+from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
 from runner.inside.torchflag import Arms
 
 DECLARATION = Subject(
     name="sdpa_torch_bwd",
     entry_point="cudnn.sdpa.fwd.torch_op._sdpa_backward",
     knob="torch_flag",
-    probe_method="torch_flag",
     families=("sm_90", "sm_100"),
     # bf16 gradients against a float32 computation from the same bf16 inputs, as sdpa_bwd's.
     outputs={
@@ -39,8 +43,7 @@ DECLARATION = Subject(
     alternates=("cudnn.experimental.ops.sdpa._sdpa_backward",),
     note="cudnn.sdpa_torch's autograd backward; control: flag off, deterministic arm: flag "
     "on, its runs alternating with warn_only=True",
-    has="cudnn.sdpa_torch's backward already follows torch.use_deterministic_algorithms",
-    lacks="cudnn.sdpa_torch's backward does not read torch.are_deterministic_algorithms_enabled()",
+    backward_of="cudnn.sdpa_torch",
     # Small to large; the packed THD configs are ragged sequences (token counts per sequence),
     # causal, padded LSE.
     configs=(
@@ -74,27 +77,8 @@ TOLERANCES = tolerances_of(DECLARATION)
 NAMES = tuple(DECLARATION.outputs)
 
 
-def shapes(params: dict[str, Any]) -> tuple[tuple[int, ...], list[int] | None]:
-    """The shape of Q, K, V and dO ([B, H, S, D] dense, [T, H, D] packed) and the THD lengths."""
-    if params["layout"] == "thd":
-        lens = [int(n) for n in params["lens"]]
-        return (sum(lens), params["h"], params["d"]), lens
-    return (params["b"], params["h"], params["s"], params["d"]), None
-
-
-def cu_seqlens(lens: list[int], device: torch.device) -> torch.Tensor:
-    """[0, l0, l0 + l1, ...] as int32: the offsets of the packed sequences."""
-    offsets = [0]
-    for n in lens:
-        offsets.append(offsets[-1] + n)
-    return torch.tensor(offsets, dtype=torch.int32, device=device)
-
-
 @dataclass
-class SdpaTorchWorkload:
-    config: Config
-    device: torch.device
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(TOLERANCES))
+class SdpaTorchWorkload(Prepared):
     arms: Arms = field(default_factory=Arms)
 
     def __post_init__(self) -> None:
@@ -135,23 +119,7 @@ class SdpaTorchWorkload:
         q, k, v, d_o = (t.detach() for t in (self.q, self.k, self.v, self.d_o))
         if self.lens is None:
             return attention_reference(q, k, v, d_o, causal=True, scale=self.scale)
-        parts: dict[str, list[torch.Tensor]] = {n: [] for n in NAMES}
-        start = 0
-        for n in self.lens:  # each sequence alone, [T, H, D] -> [1, H, T, D]
-            one = [t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v, d_o)]
-            grads = attention_reference(*one, causal=True, scale=self.scale)
-            for name in NAMES:
-                parts[name].append(grads[name][0].transpose(0, 1))
-            start += n
-        return {name: torch.cat(parts[name]) for name in NAMES}
+        return packed_reference(q, k, v, d_o, self.lens, scale=self.scale)
 
 
-class SdpaTorchBwd:
-    name = "sdpa_torch_bwd"
-    configs = CONFIGS
-
-    def prepare(self, config: Config, device: torch.device) -> SdpaTorchWorkload:
-        return SdpaTorchWorkload(config, device)
-
-
-SUBJECT = SdpaTorchBwd()
+SUBJECT = Harness(DECLARATION, SdpaTorchWorkload)

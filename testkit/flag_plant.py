@@ -1,0 +1,82 @@
+"""A planted build of a real bug's size: ``cudnn.sdpa_torch``'s dense backward stops passing the
+torch flag (cudnn-frontend #837, caught in review, not by a test).
+
+The ``cudnn::sdpa_fwd`` torch op's autograd backward (``_sdpa_backward`` in
+``cudnn/sdpa/fwd/torch_op.py``, 1.29.0 and later) calls ``torch.ops.cudnn.sdpa_bwd`` twice: on the
+dense path and on the packed THD one, each with
+``is_deterministic=torch.are_deterministic_algorithms_enabled()``. The plant deletes that one
+keyword line from the dense call, found by reading the wheel's own source (``ast``), so the op
+falls back to its default ``is_deterministic=False`` there while the THD path still reads the
+flag; RECORD is rewritten to match (``testkit.registry.doctor_wheel``). A release where the line
+is not there once is refused, never planted with nothing.
+
+What catches it: the determinism stage on a GPU (``sdpa_torch_bwd``'s deterministic arm runs with
+the flag on and its dense dq then varies, as the control does); the probe's ``torch_flag`` method
+does not, since the backward still reads the flag on its THD path (docs/determinism.md).
+
+    .venv/bin/python -m testkit.flag_plant [--version 1.32.0] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+from testkit.registry import doctor_wheel, registry_wheel
+
+TORCH_OP = "cudnn/sdpa/fwd/torch_op.py"
+BACKWARD = "_sdpa_backward"
+KNOB = "is_deterministic"
+FLAG = "torch.are_deterministic_algorithms_enabled()"
+PACKED_ONLY = "cu_seqlens_q"  # a keyword only the THD call passes
+
+
+def dense_flag_line(source: bytes) -> int:
+    """The 1-based number of the line that passes the flag to the dense call of the backward."""
+    tree = ast.parse(source)
+    backward = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == BACKWARD]
+    if len(backward) != 1:
+        raise ValueError(f"{TORCH_OP}: no single {BACKWARD}()")
+    lines: list[int] = []
+    for call in ast.walk(backward[0]):
+        if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("sdpa_bwd")):
+            continue
+        names = {kw.arg for kw in call.keywords}
+        for kw in call.keywords:
+            if kw.arg == KNOB and PACKED_ONLY not in names and ast.unparse(kw.value) == FLAG:
+                if kw.end_lineno != kw.lineno:
+                    raise ValueError(f"{TORCH_OP}:{kw.lineno}: the keyword spans lines")
+                lines.append(kw.lineno)
+    if len(lines) != 1:
+        raise ValueError(f"{TORCH_OP}: {len(lines)} dense calls pass {KNOB}={FLAG}; need one")
+    return lines[0]
+
+
+def drop_dense_flag(source: bytes) -> bytes:
+    """``source`` without the dense call's ``is_deterministic=`` line (and nothing else)."""
+    number = dense_flag_line(source)
+    lines = source.splitlines(keepends=True)
+    line = lines[number - 1].decode()
+    if line.strip() != f"{KNOB}={FLAG},":
+        raise ValueError(f"{TORCH_OP}:{number}: {line.strip()!r} holds more than the keyword")
+    return b"".join(lines[: number - 1] + lines[number:])
+
+
+def plant_dropped_flag(src: Path, dest_dir: Path) -> Path:
+    """A copy of the wheel ``src`` in ``dest_dir`` (same name) with the #837 bug planted."""
+    return doctor_wheel(src, dest_dir, {TORCH_OP: drop_dense_flag})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", default="1.32.0", help="the registry release to plant into")
+    p.add_argument("--out", type=Path, required=True, help="the folder the planted wheel goes to")
+    args = p.parse_args(argv)
+    planted = plant_dropped_flag(registry_wheel(args.version), args.out)
+    print(planted)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
