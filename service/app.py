@@ -79,6 +79,7 @@ async def _sweeper(app: FastAPI) -> None:
                 wake.queue_changed(app)
             app.state.bisect.kick()  # also picks up what a restart interrupted
             app.state.notifier.kick()  # notifications due again, or left by a restart
+            app.state.github.kick()  # statuses due again, or left by another process
         except Exception:
             log.exception("event=sweep_failed")
 
@@ -135,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             wake.stop(app)
+            app.state.github.close()
             await asyncio.to_thread(app.state.leader.release)
             engine.dispose()
 
@@ -147,7 +149,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
     app.state.leader = Leader(engine)  # which replica does the periodic work
-    github.StatusReporter(settings).install(sessions)
+    app.state.github = github.StatusReporter(settings)
+    app.state.github.install(sessions, engine)  # the statuses' outbox, sent after each commit
     app.state.notifier = notifications.Notifier(settings, sessions)
     app.state.notifier.install()
     app.state.bisect = bisection_runs.Driver(
