@@ -9,7 +9,7 @@ and answers as GitHub documents: ``POST /repos/{o}/{r}/statuses/{sha}`` 201;
 A call is recorded when it is answered (the order GitHub applies them in). For the faults a
 sender must ride out: ``status_codes`` answers the next commit-status posts with those codes in
 turn (then 201), ``down`` answers every one 500, and ``hold`` keeps a status post that matches it
-unanswered (``arrived`` has it) until another post for its context arrives, ``release()``, or
+unanswered (``arrived`` has it) until another state of its context arrives, ``release()``, or
 ``hold_s`` passes; one call is held, then ``hold`` is cleared.
 """
 
@@ -58,8 +58,11 @@ class GitHubRecorder:
         def held_until_newer(call: Call) -> None:
             def newer() -> bool:
                 later = arrived[arrived.index(call) + 1 :]
-                same = [c for c in later if c.body.get("context") == call.body.get("context")]
-                return bool(same) or recorder.released.is_set()
+                context = call.body.get("context")
+                newer = [
+                    c for c in later if c.body.get("context") == context and c.body != call.body
+                ]
+                return bool(newer) or recorder.released.is_set()
 
             with changed:
                 changed.wait_for(newer, timeout=recorder.hold_s)

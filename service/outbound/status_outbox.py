@@ -51,6 +51,7 @@ MAX_WAIT_S = 600.0
 GIVE_UP_H = 24.0  # a state not delivered for this long is given up
 KEEP_H = 24.0 * 7  # sent and given-up rows are kept this long (the newest told, for repeats)
 BUSY_RETRY_S = 1.0  # another process held a context: look again after this
+_ROUNDS = 100  # drain rounds in a row at most (each sends what was committed during the last)
 
 
 def to_json(status: CommitStatus) -> str:
@@ -178,21 +179,27 @@ class Sender:
             log.exception("event=commit_status_drain_failed")
 
     def drain(self) -> None:
-        """Send every context with a state due, then prune."""
-        now = utcnow()
-        with self.sessions() as session:
-            due = session.execute(
-                select(OutboxStatus.sha, OutboxStatus.context)
-                .where(OutboxStatus.state == PENDING, OutboxStatus.next_attempt_at <= now)
-                .group_by(OutboxStatus.sha, OutboxStatus.context)
-                .order_by(func.min(OutboxStatus.id))
-            ).all()
-        for sha, context in due:
-            with self._sending(sha, context) as mine:
-                if mine:
-                    self._send_context(sha, context)
-                else:  # another process sends it; look again in case it stopped short of ours
-                    self.kick_in(BUSY_RETRY_S)
+        """Send the newest state of every context with one due, in the order they were written
+        (a build's ``fe-ci`` after its jobs'), round after round while that sends something
+        (a newer state may be committed meanwhile); then prune."""
+        for _ in range(_ROUNDS):
+            now = utcnow()
+            with self.sessions() as session:
+                due = session.execute(
+                    select(OutboxStatus.sha, OutboxStatus.context)
+                    .where(OutboxStatus.state == PENDING, OutboxStatus.next_attempt_at <= now)
+                    .group_by(OutboxStatus.sha, OutboxStatus.context)
+                    .order_by(func.max(OutboxStatus.id))
+                ).all()
+            progressed = False
+            for sha, context in due:
+                with self._sending(sha, context) as mine:
+                    if mine:
+                        progressed = self._send_newest(sha, context) or progressed
+                    else:  # another process sends it; look again in case it stops short of ours
+                        self.kick_in(BUSY_RETRY_S)
+            if not progressed:
+                break
         self.prune()
 
     @contextmanager
@@ -221,37 +228,34 @@ class Sender:
             query = query.where(OutboxStatus.seq > told)
         return session.scalars(query.order_by(OutboxStatus.seq.desc()).limit(1)).first()
 
-    def _send_context(self, sha: str, context: str) -> None:
-        """Post the context's newest pending state until none is left (a newer one may be
-        committed while one is posted)."""
-        while True:
-            with self.sessions() as session:
-                row = self._newest_pending(session, sha, context)
-                if row is None:
-                    return
-                if row.next_attempt_at > utcnow():  # waiting out a failure
-                    wait = (row.next_attempt_at - utcnow()).total_seconds()
-                    self.kick_in(max(wait, 0.05))
-                    return
-                row_id, seq, status = row.id, row.seq, from_json(row.body)
-            try:
-                code = self._post_once(status)
-            except Retry as exc:
-                self._later(row_id, str(exc))
-                return
-            log.info(
-                "event=commit_status build=%s context=%s seq=%s state=%s http=%s",
-                status.build_id,
-                status.context,
-                seq,
-                status.conclusion or status.state,
-                code,
-            )
-            if 200 <= code < 300:
-                self._sent(row_id, sha, context, seq)
-            else:
-                self._end(row_id, FAILED, f"HTTP {code}")
-                return
+    def _send_newest(self, sha: str, context: str) -> bool:
+        """Post the context's newest pending state; whether that settled it (sent or given up)."""
+        with self.sessions() as session:
+            row = self._newest_pending(session, sha, context)
+            if row is None:
+                return False
+            if row.next_attempt_at > utcnow():  # waiting out a failure
+                self.kick_in(max((row.next_attempt_at - utcnow()).total_seconds(), 0.05))
+                return False
+            row_id, seq, status = row.id, row.seq, from_json(row.body)
+        try:
+            code = self._post_once(status)
+        except Retry as exc:
+            self._later(row_id, str(exc))
+            return False
+        log.info(
+            "event=commit_status build=%s context=%s seq=%s state=%s http=%s",
+            status.build_id,
+            status.context,
+            seq,
+            status.conclusion or status.state,
+            code,
+        )
+        if 200 <= code < 300:
+            self._sent(row_id, sha, context, seq)
+        else:
+            self._end(row_id, FAILED, f"HTTP {code}")
+        return True
 
     def _post_once(self, status: CommitStatus) -> int:
         import httpx  # here, not at the top: a service that posts nothing never imports it
