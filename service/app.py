@@ -150,7 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessions = sessions  # deps.open_session and deps.session_maker read it
     app.state.leader = Leader(engine)  # which replica does the periodic work
     app.state.github = github.StatusReporter(settings)
-    app.state.github.install(sessions, engine)  # the statuses' outbox, sent after each commit
+    app.state.github.install(sessions, engine)  # the outbox of statuses, sent after commits
     app.state.notifier = notifications.Notifier(settings, sessions)
     app.state.notifier.install()
     app.state.bisect = bisection_runs.Driver(

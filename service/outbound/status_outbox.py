@@ -1,22 +1,23 @@
 """The outbox of GitHub statuses: each context's states reach GitHub in order, from any replica.
 
 ``enqueue`` writes every state a context of a commit should show to ``status_outbox`` in the
-transaction that changed the build (``service/results/events.py``), numbered per (commit,
-context): ``seq`` is the newest one's plus one, taken under a transaction-level advisory lock
-of the commit on PostgreSQL (the build's row lock already orders one build's changes), so a
-higher ``seq`` is always a state computed from later data. A state equal to the context's newest
-one of the same build is not written again.
+transaction that changed the build (``service/results/events.py``), numbered per (commit, context):
+``seq`` is the newest one's plus one, taken under a transaction-level advisory lock of the commit
+on PostgreSQL (the build's row lock already orders one build's changes), so a higher ``seq`` is
+always a state computed from later data. A state equal to the context's newest one of the same
+build is not written again.
 
-``Sender`` posts them after the commit, from one thread per process. For each context it posts
-only the newest pending state and drops the older pending ones unsent; a context is sent by one
-process at a time (a session-level advisory lock of the context on PostgreSQL, which the server
-frees with its connection however the process dies; on SQLite there is one process, and its one
-thread), so a state is never posted after a newer one. A network error, a 5xx or a 429 leaves
+``Sender`` posts them after the commit, from one thread per process, in rounds: each round posts
+the newest pending state of every context with one due, in the order they were written (so a
+build's ``fe-ci`` goes after its jobs'), and drops the older pending ones unsent. A context is sent
+by one process at a time (a session-level advisory lock of the context on PostgreSQL, which the
+server frees with its connection however the process dies; on SQLite there is one process, and its
+one thread), so a state is never posted after a newer one. A network error, a 5xx or a 429 leaves
 the state pending for a jittered, doubling wait (a newer state of the context goes at once);
-another answer gives it up. A sent row is kept as the context's newest state told; the older
-rows of the context go when it is sent, and rows done for ``KEEP_H`` are pruned. The replica
-holding the periodic lock drains the outbox each sweep, and every process once at its start, so
-a state committed by a process that died before its post is still sent (at least once).
+another answer gives it up. A sent row is kept as the context's newest state told; the older rows
+of the context go when it is sent, and rows done for ``KEEP_H`` are pruned. The replica holding the
+periodic lock drains the outbox each sweep, and every process once at its start, so a state
+committed by a process that died before its post is still sent (at least once).
 """
 
 from __future__ import annotations
