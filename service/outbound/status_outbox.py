@@ -27,6 +27,7 @@ import json
 import logging
 import random
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -131,7 +132,7 @@ class Sender:
         self.post, self.sessions, self.engine = post, sessions, engine
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="github-status")
         self._lock = threading.Lock()
-        self._queued = False
+        self._queued = self._closed = False
         self._timer: threading.Timer | None = None
         self._timer_at = 0.0
 
@@ -145,17 +146,17 @@ class Sender:
 
     def kick(self) -> None:
         with self._lock:
-            if self._queued:
+            if self._queued or self._closed:  # a drain is queued; or the process is stopping
                 return
             self._queued = True
-        self.pool.submit(self._drain_logged)
+            self.pool.submit(self._drain_logged)
 
     def kick_in(self, seconds: float) -> None:
         """Drain again in ``seconds`` (one timer: the earliest wins)."""
-        import time
-
         at = time.monotonic() + seconds
         with self._lock:
+            if self._closed:
+                return
             if self._timer is not None and self._timer.is_alive() and self._timer_at <= at:
                 return
             if self._timer is not None:
@@ -166,7 +167,9 @@ class Sender:
             self._timer.start()
 
     def close(self) -> None:
+        """Stop sending; what is not sent stays in the outbox for the next drain."""
         with self._lock:
+            self._closed = True
             if self._timer is not None:
                 self._timer.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
