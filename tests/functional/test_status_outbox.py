@@ -82,7 +82,6 @@ def _in_order(posted: list[str]) -> bool:
     return not done or all(state != "pending" for state in posted[done[0] :])
 
 
-@pytest.mark.slow
 def test_two_replicas_post_one_contexts_states_in_order(
     make_service: StartService,
     postgres_url: str,  # noqa: F811 - the fixture's name
