@@ -81,6 +81,8 @@ async def _sweeper(state: ServiceState) -> None:
                 state.wake.queue_changed()
             state.bisect.kick()  # also picks up what a restart interrupted
             state.notifier.kick()  # notifications due again, or left by a restart
+            if state.reactions.reporter is not None:  # statuses due again, or another process's
+                state.reactions.reporter.kick()
         except Exception:
             log.exception("event=sweep_failed")
 
@@ -122,7 +124,7 @@ def _state(settings: Settings, engine: Engine, sessions: sessionmaker[Session]) 
     reactions.listen(bisect.build_finished)
     if notifier.enabled:
         reactions.listen(notifier.build_finished)
-    reporter.install(sessions)
+    reporter.install(sessions, engine)  # the outbox of statuses, sent after commits
     bisect.install()
     notifier.install()
     return ServiceState(
@@ -171,6 +173,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             state.wake.stop()
+            if state.reactions.reporter is not None:
+                state.reactions.reporter.close()
             await asyncio.to_thread(state.leader.release)
             engine.dispose()
 

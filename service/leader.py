@@ -1,6 +1,6 @@
-"""The periodic work's one process: on PostgreSQL, of several service replicas only the one
-holding a session-level advisory lock sweeps leases, removes orphan blobs, pumps notifications
-and bisections, and watches the package index; the others wait, and the first of them to try
+"""The periodic work's one process: on PostgreSQL, of several service replicas only the one holding
+a session-level advisory lock sweeps leases, removes orphan blobs, pumps notifications, bisections
+and GitHub statuses, and watches the package index; the others wait, and the first of them to try
 after that process is gone (its connection closed, however it died) takes over.
 
 On SQLite there is one service process, and it always holds it.

@@ -5,8 +5,8 @@ One module per part, each name importable from here (``from service.models impor
 ``base`` (the declarative base, UTC times, the columns of a per-job row), ``builds`` (builds,
 jobs, runners, stages and checks; webhook deliveries, releases watched and commit artifacts),
 ``results`` (what the jobs reported, row by row, and a finished build's stored report) and
-``across_builds`` (chosen configs, comparison pins, bisections, notifications). Importing the
-package imports every module, so ``Base.metadata`` holds every table
+``across_builds`` (chosen configs, comparison pins, bisections, notifications, the outbox of
+GitHub statuses). Importing the package imports every module, so ``Base.metadata`` holds every table
 (``service/migrations/env.py`` compares it with the migrations).
 """
 
@@ -18,6 +18,7 @@ from service.models.across_builds import (
     ChosenConfig,
     ComparisonPin,
     Notification,
+    OutboxStatus,
 )
 from service.models.base import Base, PerJob, UTCDateTime, utcnow
 from service.models.builds import (
@@ -56,6 +57,7 @@ __all__ = [
     "FinishedReport",
     "Job",
     "Notification",
+    "OutboxStatus",
     "PerJob",
     "Runner",
     "StageLog",

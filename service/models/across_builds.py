@@ -1,6 +1,6 @@
 """What the service keeps from one build to the next: the configs it chose, the comparison points
-(pinned, in series), the bisections of a branch that turned red, and the notifications of a
-branch's red and green."""
+(pinned, in series), the bisections of a branch that turned red, the notifications of a
+branch's red and green, and the outbox of GitHub statuses."""
 
 from __future__ import annotations
 
@@ -125,6 +125,32 @@ class Notification(Base):
     event: Mapped[str] = mapped_column(String(32))  # branch_red | branch_green
     body: Mapped[str] = mapped_column(Text)  # exactly the bytes sent (and signed)
     state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class OutboxStatus(Base):
+    """A state a GitHub context of a commit should show, written in the transaction that changed
+    the build: an outbox, so a restart loses none, and ``seq`` orders one context's states across
+    service replicas (``service/outbound/status_outbox.py``). Only a context's newest state is
+    sent; a sent row stays as the newest one told until a newer one is sent."""
+
+    __tablename__ = "status_outbox"
+    __table_args__ = (
+        UniqueConstraint("sha", "context", "seq"),
+        Index("ix_status_outbox_due", "state", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
+    sha: Mapped[str] = mapped_column(String(40))
+    context: Mapped[str] = mapped_column(String(200))
+    seq: Mapped[int] = mapped_column(Integer)  # per (sha, context), in the order of the commits
+    body: Mapped[str] = mapped_column(Text)  # the status as JSON
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | sent | failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_error: Mapped[str] = mapped_column(Text, default="")

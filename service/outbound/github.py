@@ -1,37 +1,34 @@
 """Commit statuses, or check runs where a GitHub App is configured, for commit builds.
 
-Per job and for the build (``service/outbound/statuses.py`` says what each one says). They are
-queued on the session while the build's state changes and sent only after the commit that stored it,
-from a one-thread pool (so one context's posts arrive in order), and a post equal to the last one
-sent for its context is not repeated. A plain token (``FE_CI_GITHUB_TOKEN``) posts commit statuses;
-an App (``FE_CI_GITHUB_APP_ID``, ``..._PRIVATE_KEY``, ``..._INSTALLATION_ID``) posts check runs:
-created when the job is first seen, completed with a conclusion, the build page's summary and the
-failing checks as annotations.
+Per job and for the build (``service/outbound/statuses.py`` says what each one says). Every state
+is written to the outbox while the build's state changes, in the same transaction, and posted
+after the commit (``service/outbound/status_outbox.py``: in order per context across replicas,
+only the newest, retried with back-off, nothing lost to a restart). A plain token
+(``FE_CI_GITHUB_TOKEN``) posts commit statuses; an App (``FE_CI_GITHUB_APP_ID``,
+``..._PRIVATE_KEY``, ``..._INSTALLATION_ID``) posts check runs: created when the job is first
+seen, completed with a conclusion, the build page's summary and the failing checks as annotations.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.wire import BuildReport
 from service.config import Settings
 from service.models import Build
+from service.outbound import status_outbox
 from service.outbound.github_app import HEADERS, AppAuth
 from service.outbound.statuses import CommitStatus, build_statuses
 
 log = logging.getLogger("fe_ci.github")
 
 _GITHUB_REPO = re.compile(r"github\.com[:/](?P<owner>[^/]+)/(?P<name>[^/]+?)(?:\.git)?/?$")
-PENDING_KEY = "fe_ci_github_pending"
-_REMEMBERED = 50_000  # contexts whose last post is remembered (older ones may be re-sent once)
+_REMEMBERED = 50_000  # check-run ids remembered (an older one is found again by its external_id)
 # GitHub takes at most 50 annotations per request; they must name a file of the repository.
 MAX_ANNOTATIONS = 50
 ANNOTATION_PATH = "python/cudnn/__init__.py"
@@ -45,10 +42,8 @@ def owner_repo(url: str) -> tuple[str, str] | None:
 class StatusReporter:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="github-status")
-        self.sent: OrderedDict[tuple[int, str], tuple[Any, ...]] = OrderedDict()
         self.check_runs: dict[tuple[int, str], int] = {}
-        self._lock = threading.Lock()
+        self.sender: status_outbox.Sender | None = None
         s = settings
         self.app = (
             AppAuth(
@@ -66,21 +61,21 @@ class StatusReporter:
         configured = self.app is not None or bool(self.settings.github_token)
         return configured and owner_repo(self.settings.repo_url) is not None
 
-    def install(self, sessions: sessionmaker[Session]) -> None:
-        """Send what a transaction of these sessions queued once it commits."""
-        event.listen(sessions, "after_commit", self._after_commit)
+    def install(self, sessions: sessionmaker[Session], engine: Engine) -> None:
+        """The outbox's sender: what a transaction of these sessions wrote is sent after it
+        commits."""
+        if self.enabled:
+            self.sender = status_outbox.Sender(self.post, sessions, engine)
+            self.sender.install()
 
-    def _after_commit(self, session: Session) -> None:
-        pending: dict[tuple[int, str], CommitStatus] = session.info.pop(PENDING_KEY, {})
-        for key, status in pending.items():
-            with self._lock:
-                if self.sent.get(key) == status.signature:
-                    continue
-                self.sent[key] = status.signature
-                self.sent.move_to_end(key)
-                while len(self.sent) > _REMEMBERED:
-                    self.sent.popitem(last=False)
-            self.pool.submit(self.send, status)
+    def kick(self) -> None:
+        """Send what is due in the outbox (the periodic round: retries, other processes' rows)."""
+        if self.sender is not None:
+            self.sender.kick()
+
+    def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
 
     def _repo_api(self) -> str | None:
         where = owner_repo(self.settings.repo_url)
@@ -88,19 +83,24 @@ class StatusReporter:
             return None
         return f"{self.settings.github_api_url.rstrip('/')}/repos/{where[0]}/{where[1]}"
 
-    def send(self, status: CommitStatus) -> None:
+    def post(self, status: CommitStatus) -> int:
+        """One post (or check run's create or update); GitHub's HTTP status. Raises on a network
+        error; 0 when nothing is configured to post with."""
         repo = self._repo_api()
         if repo is None:
-            return
+            return 0
+        if self.app is not None:
+            return self._check_run(repo, status)
+        if self.settings.github_token:
+            return self._status(repo, status, self.settings.github_token)
+        return 0
+
+    def send(self, status: CommitStatus) -> None:
+        """One post, logged; errors are logged, not raised."""
         import httpx  # here, not at the top: a service that posts nothing never imports it
 
         try:
-            if self.app is not None:
-                code = self._check_run(repo, status)
-            elif self.settings.github_token:
-                code = self._status(repo, status, self.settings.github_token)
-            else:
-                return
+            code = self.post(status)
             log.info(
                 "event=commit_status build=%s context=%s state=%s http=%s",
                 status.build_id,
@@ -215,13 +215,11 @@ def wants_statuses(session: Session, build: Build, reporter: StatusReporter | No
 
 
 def queue_statuses(session: Session, report: BuildReport, reporter: StatusReporter | None) -> None:
-    """Queue every context of a commit build; they are sent after the commit, changes only (the
-    pending ones ride on the session's ``info`` until its transaction commits)."""
+    """Write every context of a commit build that changed to the outbox, in this transaction;
+    they are sent after the commit."""
     if not (reporter is not None and reporter.enabled and report.commit):
         return
     if report.id is None or not may_post(session, report.id):
         log.info("event=commit_status_withheld build=%s reason=bisection", report.id)
         return
-    pending = session.info.setdefault(PENDING_KEY, {})
-    for status in build_statuses(report, reporter.settings.public_url):
-        pending[(status.build_id, status.context)] = status
+    status_outbox.enqueue(session, build_statuses(report, reporter.settings.public_url))

@@ -2,7 +2,7 @@
 
 GitHub cannot be reached here, so ``tests/github_recorder.py`` stands in for it. The service is
 real (uvicorn on 127.0.0.1, SQLite); the runners are driven through the real runner protocol, and
-the GPU job's results are what an sm_90 runner would post (no GPU here).
+the GPU job's results are what an sm_90 runner would post (no GPU here; `tests/commit_build.py`).
 """
 
 from __future__ import annotations
@@ -13,104 +13,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from core.frontend_refusals import REUSED_CHECK
 from service.config import Settings
 from service.outbound.github import StatusReporter
 from service.outbound.statuses import CommitStatus
 from testkit import loopback
 from testkit.service import Service
-from testkit.wheels import make_wheel
+from tests.commit_build import CONFIG, drive_commit_build
 from tests.github_recorder import INSTALLATION_TOKEN, Call, GitHubRecorder
-from tests.helpers import AFTER, push, register, send
-
-CONFIG = "b4_h16_s2048_d128_causal"
-
-
-def _post(client: httpx.Client, lease: dict[str, Any], result: dict[str, Any]) -> None:
-    body = {"lease_token": lease["lease_token"], "result": result}
-    resp = client.post(f"/api/jobs/{lease['job_id']}/stages", json=body)
-    assert resp.status_code == 201, resp.text
-
-
-def _finish(client: httpx.Client, lease: dict[str, Any]) -> None:
-    resp = client.post(
-        f"/api/jobs/{lease['job_id']}/finish", json={"lease_token": lease["lease_token"]}
-    )
-    assert resp.status_code == 200, resp.text
-
-
-def _claim(client: httpx.Client) -> dict[str, Any]:
-    lease = client.post("/api/jobs/claim", json={}).json()
-    assert lease.get("job_id"), lease
-    return lease
-
-
-def _probe(present: bool = True, blackwell: bool = False) -> dict[str, Any]:
-    cap = {"importable": True, "knob": "use_deterministic_algorithm", "present": present}
-    caps = {"sdpa_bwd": cap}
-    if blackwell:  # a knob only an sm_100 job can check
-        caps["grouped_gemm_dsrelu"] = {"importable": True, "knob": "deterministic", "present": True}
-    return {"name": "probe", "status": "pass", "capabilities": caps}
-
-
-def drive_commit_build(svc: Service, tmp_path: Path, sdpa: str, blackwell: bool = False) -> int:
-    """A pushed commit: the builder uploads a wheel, the CPU job and the sm_90 job report;
-    no sm_100 runner exists, so that job stays queued."""
-    build_id = int(send(svc, push()).json()["build_id"])
-    builder = register(svc, "builder", builder="1")
-    lease = _claim(builder)
-    assert lease["kind"] == "build"
-    wheel = make_wheel(tmp_path / "w", "1.32.0", "")
-    with wheel.open("rb") as fh:
-        resp = builder.post(
-            lease["artifact_url"],
-            files={"wheel": (wheel.name, fh, "application/octet-stream")},
-            headers={"X-Lease-Token": lease["lease_token"], "X-Python-Tag": "py3"},
-        )
-    assert resp.status_code == 201, resp.text
-    _post(builder, lease, {"name": "build", "status": "pass"})
-    _finish(builder, lease)
-
-    gpu = register(svc, "gpu-1", arch="sm_90")
-    lease = _claim(gpu)
-    assert lease["kind"] == "gpu" and lease["family"] == "sm_90"
-    _post(gpu, lease, {"name": "install", "status": "pass"})
-    _post(gpu, lease, _probe(blackwell=blackwell))
-    detail = {
-        "pass": "deterministic arm byte-exact over 24 runs; control varied in 7 of 7",
-        "fail": "deterministic arm varied: dq differed from run 0 in 3 of 23 runs",
-    }[sdpa]
-    metrics = {"config": {"name": CONFIG}, "config_name": CONFIG}
-    checks = [
-        {"name": "sdpa_bwd.deterministic", "status": sdpa, "detail": detail, "metrics": metrics},
-        {
-            "name": "grouped_gemm_dsrelu.deterministic",
-            "status": "skipped",
-            "detail": "needs sm_100",
-        },
-    ]
-    _post(gpu, lease, {"name": "determinism", "status": sdpa, "checks": checks})
-    _post(gpu, lease, {"name": "numerics", "status": "pass"})
-    assert lease["refusal_scope"] == "frontend"  # it reuses the CPU job's consumer decisions
-    _post(gpu, lease, {"name": "refusal", "status": "not_applicable", "checks": [
-        {"name": REUSED_CHECK, "status": "not_applicable", "detail": "not run here"}]})  # fmt: skip
-    _finish(gpu, lease)
-
-    cpu = register(svc, "cpu-1")
-    lease = _claim(cpu)
-    assert lease["kind"] == "cpu"
-    for stage in (
-        {"name": "install", "status": "pass"},
-        _probe(blackwell=blackwell),
-        {"name": "refusal", "status": "pass"},
-    ):
-        _post(cpu, lease, stage)
-    _finish(cpu, lease)
-    return build_id
+from tests.helpers import AFTER
 
 
 def _by_context(calls: list[Call]) -> dict[str, list[dict[str, Any]]]:
@@ -148,8 +61,9 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
         "fe-ci",
     }
     sm90 = contexts["fe-ci/sm_90"]
-    # one post per change of state, in order, none repeated
-    assert [s["description"] for s in sm90] == [
+    # changes of state only, in order, none repeated; a state already superseded when its turn
+    # came is not sent (the outbox posts a context's newest)
+    every = [
         "waiting for the wheel",
         "waiting for an sm_90 runner",
         "running on gpu-1",
@@ -157,7 +71,10 @@ def test_statuses_per_job_show_sm_90_green_and_sm_100_pending(make_service, tmp_
         "waiting for the refusal decisions of the cpu job (job 2)",
         "pass: everything applicable ran and passed",
     ]
-    assert [s["state"] for s in sm90] == ["pending"] * 4 + ["success"]
+    posted = [s["description"] for s in sm90]
+    assert posted == sorted(set(posted), key=every.index), posted
+    assert posted[-1] == every[-1]
+    assert [s["state"] for s in sm90] == ["pending"] * (len(sm90) - 1) + ["success"]
     job_ids = [j["id"] for j in loopback.get(f"{svc.url}/api/builds/{build_id}").json()["jobs"]]
     assert sm90[-1]["target_url"].startswith(f"https://ci.example.org/builds/{build_id}#job-")
     assert int(sm90[-1]["target_url"].rsplit("-", 1)[1]) in job_ids
@@ -253,7 +170,8 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
     build_id = drive_commit_build(svc, tmp_path, "fail")
 
     def completed(calls: list[Call]) -> list[Call]:
-        return [c for c in calls if c.method == "PATCH" and c.body.get("status") == "completed"]
+        """Runs completed: updated, or created completed (the outbox sends a context's newest)."""
+        return [c for c in calls if c.method != "GET" and c.body.get("status") == "completed"]
 
     calls = github.wait_until(lambda calls: len(completed(calls)) >= 4)  # build, gpu, cpu, verdict
     github.close()
@@ -271,13 +189,11 @@ def test_an_app_posts_check_runs_with_the_failing_check_as_an_annotation(
     assert set(created) == {"fe-ci/build", "fe-ci/probe", "fe-ci/sm_90", "fe-ci"}
     sm90 = created["fe-ci/sm_90"]
     assert sm90.path == "/repos/NVIDIA/cudnn-frontend/check-runs"
-    assert sm90.body["head_sha"] == AFTER and sm90.body["status"] in ("queued", "in_progress")
-    # completed through the id GitHub gave the created run
-    done = [
-        c
-        for c in completed(calls)
-        if c.path.endswith(f"/check-runs/{1001 + list(created).index('fe-ci/sm_90')}")
-    ]
+    assert sm90.body["head_sha"] == AFTER
+    # completed through the id GitHub gave the created run (or created completed)
+    run_id = next(r["id"] for r in github.runs if r["name"] == "fe-ci/sm_90")
+    done = [c for c in completed(calls) if c.path.endswith(f"/check-runs/{run_id}") or c is sm90]
+    assert [c for c in runs if c.method == "POST" and c.body["name"] == "fe-ci/sm_90"] == [sm90]
     final = done[-1].body if done else {}
     assert final["conclusion"] == "failure", final
     output = final["output"]
