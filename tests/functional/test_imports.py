@@ -307,11 +307,11 @@ def info_uses(path: Path) -> list[int]:
     )
 
 
-# What a transaction asked for once it commits (commit statuses to send, a drain or a pump to
+# What a transaction asked for once it commits (the statuses outbox to drain, a drain or a pump to
 # start): the one use of a session's ``info``, each read back by its own ``after_commit``.
 AFTER_COMMIT_MARKS = {
     "service/jobs/bisection_runs.py",
-    "service/outbound/github.py",
+    "service/outbound/status_outbox.py",
     "service/outbound/notifications.py",
 }
 
