@@ -225,7 +225,7 @@ def series_for(
                 f"{subject} on {cell}: the comparison was measured at {config}, but the "
                 f"comparison point this job was leased with is {held.config} (series "
                 f"{held.series}); nothing of this stage was stored",
-                detail={"subject": subject, "config": config, "pin": held.config},
+                detail={"subject": subject, "cell": cell, "config": config, "pin": held.config},
             )
         return held
     current = active(session, subject, cell)

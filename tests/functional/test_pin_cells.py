@@ -156,6 +156,7 @@ def test_two_cells_of_one_family_get_two_pins_and_a_re_pin_of_one_leaves_the_oth
     resp = matrix.gpu.post(f"/api/jobs/{third[CELL]['job_id']}/stages", json=body)
     assert resp.status_code == 422 and resp.json()["error"]["code"] == "comparison_not_at_pin"
     assert f"sdpa_bwd on {CELL}" in resp.json()["error"]["message"]
+    assert resp.json()["error"]["detail"]["cell"] == CELL
 
 
 def test_a_re_pin_names_a_cell_there_is(matrix: Matrix) -> None:
