@@ -201,7 +201,9 @@ def validate(
         remembered=remembered,
         subjects=chosen_subjects,
         pin_config=config,
-        comparison=history.comparison_points(prev_report) if prev_report else [],
+        comparison=history.comparison_points(prev_report, _cell(family, backend))
+        if prev_report
+        else [],
         cudnn=backend,
     )
     where = f"{gpu.get('gpu')} ({family})" if family else "no GPU"
@@ -238,6 +240,11 @@ def validate(
     if required is not None and report.gate is not None:
         raise typer.Exit(gate.EXIT_CODES[report.gate.conclusion])
     raise typer.Exit(EXIT_CODES[report.verdict])
+
+
+def _cell(family: str | None, backend: str | None) -> str | None:
+    """The cell this run measures (a report of a matrix is compared cell by cell)."""
+    return cells.Cell(family, backend or cells.HOST).name if family else None
 
 
 def _parse_cudnn(value: str | None) -> str | None:

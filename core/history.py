@@ -249,13 +249,23 @@ def _deterministic_checks(report: BuildReport) -> list[tuple[str | None, str, Ma
     ]
 
 
-def comparison_points(report: BuildReport) -> list[ComparisonPoint]:
+def comparison_points(report: BuildReport, cell: str | None = None) -> list[ComparisonPoint]:
     """The configs a report's comparisons were measured at, as a lease's pins (``fe-ci validate
-    --previous``: the new run compares at the same points)."""
+    --previous``: the new run compares at the same points); ``cell``: only that cell's (a
+    report of a matrix measured each cell at its own)."""
     return [
-        ComparisonPoint(subject=subject, family=family, config=str(m.get("config_name")))
-        for family, subject, m in _deterministic_checks(report)
-        if family is not None
+        ComparisonPoint(
+            subject=check.subject,
+            family=job.family,
+            cell=job.cell_name,
+            config=str(measurement(check.metrics).get("config_name")),
+        )
+        for job in report.jobs
+        if job.family is not None and (cell is None or job.cell_name == cell)
+        for stage in job.stages
+        if stage.name == Stage.determinism
+        for check in stage.checks
+        if check.name.endswith(".deterministic") and comparable(measurement(check.metrics))
     ]
 
 

@@ -81,12 +81,15 @@ class RememberedConfig(WireModel):
 
 
 class ComparisonPoint(WireModel):
-    """A subject's comparison point on a family: every build measures the deterministic arm's
-    bits and the cost of determinism there, wherever its detection walk goes."""
+    """A subject's comparison point on a cell of the matrix (``core.cells``; a lease carries its
+    own cell's): every build measures the deterministic arm's bits and the cost of determinism
+    there, wherever its detection walk goes. ``family`` is the cell's, which a runner of the
+    previous version keys the points by."""
 
     subject: bounds.Short
     family: bounds.Word
     config: bounds.Name
+    cell: bounds.Short | None = None  # None: the family's host cell
     series: int | None = None  # a re-pin or a new definition of the subject starts the next
     # "measured" | "declared" | "operator"
     source: bounds.Word = "measured"

@@ -112,6 +112,7 @@ class HistoryRow(WireModel):
 
     job_id: int | None = None
     family: str | None = None
+    cell: str | None = None  # the job's cell of the matrix (core/cells.py): its series' key
     subject: str
     config: str | None = None
     bits: str  # "unchanged" | "changed" | "first" (no earlier build ran this key)

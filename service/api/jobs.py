@@ -71,7 +71,8 @@ def _lease(
     gpu = job.kind == JobKind.gpu and job.family is not None
     start_configs = remembered_configs.start_configs(session, job.family) if gpu else []
     at = job.started_at or utcnow()
-    comparison = pins.for_lease(session, job.family, at) if gpu and job.family else []
+    cell = pins.cell_of(job)
+    comparison = pins.for_lease(session, cell, at) if gpu and cell else []
     wheel_url = str(request.url_for("download_wheel", job_id=job.id)) if build.sha256 else None
     assert job.lease_expires_at is not None
     return JobLease(

@@ -1,9 +1,11 @@
 """Comparison points: read every series, and an operator's re-pin (admin token).
 
-``GET /api/pins`` lists the pins of every subject and family, the one in force and the retired
-ones (each a series whose records stay readable); ``POST /api/pins/{family}/{subject}`` starts a
-new series at a config of the subject, or, with no config, retires the pin so that the next
-robust measurement (or the subject's declared point) chooses again.
+``GET /api/pins`` lists the pins of every subject and cell of the matrix (``core.cells``: a
+family's host cell is named as the family, ``sm_90``; another backend's adds it,
+``sm_90-cudnn9.28.1``), the one in force and the retired ones (each a series whose records stay
+readable); ``POST /api/pins/{cell}/{subject}`` starts a new series at a config of the subject on
+that cell alone, or, with no config, retires the pin so that the next robust measurement (or the
+subject's declared point) chooses again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
-from core import bounds
+from core import bounds, cells
 from core.subjects import FAMILIES, SUBJECTS
 from service.deps import SessionDep, require_admin
 from service.errors import BadRequest, NotFound
@@ -29,7 +31,8 @@ Name = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 class PinPublic(BaseModel):
     subject: str
-    family: str
+    family: str  # the cell's family
+    cell: str  # the cell of the matrix the pin is kept for
     series: int
     config: str
     source: str  # "measured" | "declared" | "operator"
@@ -62,6 +65,7 @@ def _public(pin: ComparisonPin) -> PinPublic:
     return PinPublic(
         subject=pin.subject,
         family=pin.family,
+        cell=pin.cell,
         series=pin.series,
         config=pin.config,
         source=pin.source,
@@ -79,32 +83,51 @@ def read_pins(
     session: SessionDep,
     family: Annotated[str | None, Query(max_length=16)] = None,
     subject: Annotated[str | None, Query(max_length=64)] = None,
+    cell: Annotated[str | None, Query(max_length=cells.CELL_CHARS)] = None,
 ) -> PinsPublic:
-    """Every series of every comparison point, newest first."""
+    """Every series of every comparison point, newest first (``family``: all of its cells)."""
     stmt = select(ComparisonPin).order_by(ComparisonPin.id.desc()).limit(1000)
     if family is not None:
         stmt = stmt.where(ComparisonPin.family == family)
+    if cell is not None:
+        stmt = stmt.where(ComparisonPin.cell == cell)
     if subject is not None:
         stmt = stmt.where(ComparisonPin.subject == subject)
     return PinsPublic(items=[_public(p) for p in session.scalars(stmt)])
 
 
+def _cell(name: str, subject: str) -> str:
+    """The cell a re-pin names, checked: a family the subject runs on, a backend the matrix
+    knows."""
+    entry = SUBJECTS[subject]
+    try:
+        cell = cells.Cell.parse(name)
+    except ValueError as exc:
+        raise BadRequest(f"{exc}; {subject} runs on {', '.join(entry.families)}") from exc
+    if cell.family not in FAMILIES or cell.family not in entry.families:
+        raise BadRequest(
+            f"{subject} does not run on {cell.family!r}; its families: {', '.join(entry.families)}"
+        )
+    if cell.cudnn != cells.HOST and not cells.is_known(cell.cudnn):
+        raise BadRequest(
+            f"{name!r}: unknown cuDNN backend {cell.cudnn}; known: {', '.join(cells.known_names())}"
+        )
+    return cell.name
+
+
 @router.post(
-    "/{family}/{subject}",
+    "/{cell}/{subject}",
     response_model=PinChange,
     status_code=201,
     dependencies=[Depends(require_admin)],
 )
-def create_pin(family: Name, subject: Name, body: PinCreate, session: SessionDep) -> PinChange:
-    """Re-pin a subject's comparison point on a family: a new series starts (admin token)."""
+def create_pin(cell: Name, subject: Name, body: PinCreate, session: SessionDep) -> PinChange:
+    """Re-pin a subject's comparison point on one cell (a family's name: its host cell): a new
+    series starts there, and no other cell's pin changes (admin token)."""
     entry = SUBJECTS.get(subject)
     if entry is None:
         raise NotFound(f"no subject {subject!r}; subjects: {', '.join(SUBJECTS)}")
-    if family not in FAMILIES or family not in entry.families:
-        raise BadRequest(
-            f"{subject} does not run on {family!r}; its families: {', '.join(entry.families)}"
-        )
-    pin, held = pins.repin(session, entry, family, body.config, body.reason)
+    pin, held = pins.repin(session, entry, _cell(cell, subject), body.config, body.reason)
     if body.config is not None and pin is None:
         raise BadRequest("another re-pin of this comparison point came first; read it and retry")
     session.commit()

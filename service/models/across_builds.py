@@ -32,22 +32,24 @@ class ChosenConfig(Base):
 
 
 class ComparisonPin(Base):
-    """A subject's comparison point on a family: the config every build measures its bits and
-    its cost of determinism at, whatever its detection walk does (``service/results/pins.py``).
+    """A subject's comparison point on a cell of the matrix (``core.cells``: a family on a cuDNN
+    backend): the config every build measures its bits and its cost of determinism at, whatever
+    its detection walk does (``service/results/pins.py``).
 
-    One row per series. The row of a (subject, family) with no ``retired_at`` is in force; a
+    One row per series. The row of a (subject, cell) with no ``retired_at`` is in force; a
     re-pin, or a change of the subject's definition, retires it and starts series + 1, and the
     records of the old series stay as they were. The database holds "one in force": a unique
-    index over the rows with no ``retired_at`` (migration 0014), so a racing second series is
-    an ``IntegrityError``, never a second pin in force."""
+    index over the rows with no ``retired_at`` (migrations 0014 and 0021), so a racing second
+    series is an ``IntegrityError``, never a second pin in force. A family's host cell is named
+    as the family, so its pins are the ones kept per family before the matrix."""
 
     __tablename__ = "comparison_pins"
     __table_args__ = (
-        UniqueConstraint("subject", "family", "series"),
+        UniqueConstraint("subject", "cell", "series", name="uq_comparison_pins_cell_series"),
         Index(
             "uq_comparison_pins_in_force",
             "subject",
-            "family",
+            "cell",
             unique=True,
             sqlite_where=text("retired_at IS NULL"),
             postgresql_where=text("retired_at IS NULL"),
@@ -56,7 +58,8 @@ class ComparisonPin(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     subject: Mapped[str] = mapped_column(String(64))
-    family: Mapped[str] = mapped_column(String(16), index=True)
+    family: Mapped[str] = mapped_column(String(16), index=True)  # the cell's family
+    cell: Mapped[str] = mapped_column(String(48), index=True)  # core.cells.Cell.name
     series: Mapped[int] = mapped_column(Integer)
     config: Mapped[str] = mapped_column(String(200))
     definition: Mapped[str] = mapped_column(String(64))  # core.subjects.Subject.definition

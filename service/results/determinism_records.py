@@ -159,7 +159,7 @@ def _series_marker(session: Session, pin: ComparisonPin, subject: str) -> Findin
     """The info finding that marks a new series in the report (the trends page draws it too)."""
     before = session.scalars(
         select(ComparisonPin)
-        .where(ComparisonPin.subject == pin.subject, ComparisonPin.family == pin.family)
+        .where(ComparisonPin.subject == pin.subject, ComparisonPin.cell == pin.cell)
         .where(ComparisonPin.series < pin.series)
         .order_by(ComparisonPin.series.desc())
         .limit(1)
@@ -170,7 +170,7 @@ def _series_marker(session: Session, pin: ComparisonPin, subject: str) -> Findin
         severity=Severity.info,
         subject=subject,
         message=(
-            f"{subject} on {pin.family}: series {pin.series} of its comparison point starts "
+            f"{subject} on {pin.cell}: series {pin.series} of its comparison point starts "
             f"here, at {pin.config} ({pin.reason}); {old} stays readable on the trends page, "
             "and bits and cost are compared within a series only"
         ),
@@ -179,18 +179,20 @@ def _series_marker(session: Session, pin: ComparisonPin, subject: str) -> Findin
 
 def history_rows(session: Session, build_id: int) -> list[HistoryRow]:
     rows = session.execute(
-        select(DeterminismRecord, ComparisonPin)
+        select(DeterminismRecord, ComparisonPin, Job.cell)
         .outerjoin(ComparisonPin, ComparisonPin.id == DeterminismRecord.pin_id)
+        .outerjoin(Job, Job.id == DeterminismRecord.job_id)
         .where(DeterminismRecord.build_id == build_id)
         .order_by(DeterminismRecord.id)
     ).all()
     out = []
-    for r, pin in rows:
+    for r, pin, cell in rows:
         first = pin is not None and pin.series > 1 and _opens_series(session, r)
         out.append(
             HistoryRow(
                 job_id=r.job_id,
                 family=r.family,
+                cell=cell or r.family,
                 subject=r.subject,
                 config=r.config,
                 bits=r.bits,

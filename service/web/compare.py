@@ -115,7 +115,8 @@ def _history(a: BuildReport, b: BuildReport) -> Section:
         out = {}
         for h in r.history:
             cost = f"{h.cost_ratio:.2f}x" if h.cost_ratio is not None else "no cost"
-            out[f"{h.subject} on {h.family or '?'}"] = f"bits {h.bits}, {cost} at {h.config}"
+            where = h.cell or h.family or "?"
+            out[f"{h.subject} on {where}"] = f"bits {h.bits}, {cost} at {h.config}"
         return out
 
     ta, tb = table(a), table(b)

@@ -198,7 +198,7 @@ def deterministic_chart(session: Session, subject: str, builds: list[int]) -> Ch
 
 
 def cost_chart(session: Session, subject: str, builds: list[int]) -> Chart:
-    """Per family and comparison-point series: median deterministic-arm run time over median
+    """Per cell and comparison-point series: median deterministic-arm run time over median
     control-arm run time at the comparison point; a marker where a new series starts."""
     stmt = (
         select(
@@ -254,20 +254,21 @@ def series_starts(
     )
     out = []
     for build_id, pin in session.execute(stmt):
-        text = f"{pin.family} {subject}: series {pin.series} at {pin.config} from #{build_id}"
+        text = f"{pin.cell} {subject}: series {pin.series} at {pin.config} from #{build_id}"
         out.append((build_id, pin, text))
     return out
 
 
 def bits_by_build(session: Session, builds: list[int]) -> dict[int, list[tuple[str, str]]]:
-    """Per build: (``family subject``, bits) for each deterministic arm compared."""
+    """Per build: (``cell subject``, bits) for each deterministic arm compared."""
     stmt = (
         select(
             DeterminismRecord.build_id,
-            DeterminismRecord.family,
+            func.coalesce(Job.cell, DeterminismRecord.family),
             DeterminismRecord.subject,
             DeterminismRecord.bits,
         )
+        .outerjoin(Job, Job.id == DeterminismRecord.job_id)
         .where(DeterminismRecord.build_id.in_(builds), DeterminismRecord.copied.is_(False))
         .order_by(DeterminismRecord.build_id, DeterminismRecord.id)
     )

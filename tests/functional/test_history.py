@@ -193,3 +193,32 @@ def test_a_malformed_or_oversized_measurement_is_stored_but_never_compared(gpu_s
     # a good measurement after them still finds the last comparable build
     (row,) = gpu_build(svc, gpu, wheel, measured())["history"]
     assert row["bits"] == "unchanged"
+
+
+def test_validate_previous_takes_the_comparison_points_of_its_own_cell() -> None:
+    """A previous report of a matrix measured each cell at its own point: a run on one cell
+    compares at that cell's, never at another backend's of the same family."""
+
+    def job(cell: str, config: str) -> JobReport:
+        stage = measured()
+        stage["checks"][0]["metrics"]["comparison"]["config_name"] = config
+        return JobReport(
+            kind=JobKind.gpu,
+            family="sm_90",
+            cell=cell,
+            status=JobState.finished,
+            stages=[StageResult.model_validate(stage)],
+        )
+
+    previous = BuildReport(
+        source="wheel",
+        status=BuildStatus.finished,
+        verdict=Verdict.pass_,
+        jobs=[job("sm_90", "host_config"), job("sm_90-cudnn9.28.1", "backend_config")],
+    )
+    points = history.comparison_points(previous, "sm_90-cudnn9.28.1")
+    assert [(p.cell, p.family, p.config) for p in points] == [
+        ("sm_90-cudnn9.28.1", "sm_90", "backend_config")
+    ]
+    assert [p.config for p in history.comparison_points(previous, "sm_90")] == ["host_config"]
+    assert len(history.comparison_points(previous)) == 2
