@@ -155,7 +155,7 @@ def build_report(session: Session, build: Build) -> BuildReport:
             stages=sorted(
                 (_stage_result(s) for s in j.stage_rows), key=lambda s: _STAGE_INDEX[s.name]
             ),
-            waiting=capable.waiting_reason(j.kind, j.family, fleet)
+            waiting=capable.waiting_reason(j.kind, j.family, fleet, j.cell)
             if fleet is not None and j.state == JobState.queued
             else None,
         )

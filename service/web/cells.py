@@ -128,7 +128,7 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
     if job.state == JobState.waiting:
         return Cell.of("pending", "waiting for the build job's wheel")
     if job.state == JobState.queued:
-        why = waiting_reason(job.kind, job.family, alive)
+        why = waiting_reason(job.kind, job.family, alive, job.cell)
         if why:
             return Cell("waiting", waiting_text(job.family), f"{why}; the job is queued")
         return Cell.of("pending", f"queued (attempt {job.attempt})")
