@@ -31,7 +31,8 @@ def start_runner(job: JobReport, url: str) -> str:
     cell's job on another cuDNN backend than the host's names the label that offers it."""
     where = "" if url.rstrip("/") == DEFAULT_URL else f"FE_CI_URL={url} "
     if job.kind == JobKind.gpu:
-        wanted = cells.Cell.parse(job.cell).requirements if cells.is_cell(job.cell or "") else {}
+        cell = job.cell or ""
+        wanted = cells.Cell.parse(cell).requirements if cells.is_cell(cell) else {}
         wanted.pop(cells.ARCH, None)  # the host's GPU says its family
         labels = f"FE_CI_RUNNER_LABELS={cells.requires_text(wanted)} " if wanted else ""
         return f"on a host with an {job.family} GPU: {where}{labels}fe-ci runner"

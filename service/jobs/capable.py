@@ -39,7 +39,9 @@ def alive(session: Session, settings: Settings, now: datetime) -> set[str]:
     if rows:
         out.add(ANY)
     for family, _, labels in rows:
-        for key in cells.AXES if family else ():
+        if not family:
+            continue
+        for key in cells.AXES:
             have = str((labels or {}).get(key) or "")  # a runner without it: the host's only
             out.update(offers(family, key, v.strip()) for v in have.split("|") if v.strip())
     return out
