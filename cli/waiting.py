@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from cli import progress
 from cli.common import EXIT_NO_VERDICT, fail
+from core import cells
 from core.text import plural
 from core.wire import BuildReport, JobKind, JobReport, JobState, Verdict
 
@@ -26,10 +27,15 @@ READ_S = 30.0  # one status read at most
 
 
 def start_runner(job: JobReport, url: str) -> str:
-    """The command that starts a runner able to take ``job``, for a person at a terminal."""
+    """The command that starts a runner able to take ``job``, for a person at a terminal: a
+    cell's job on another cuDNN backend than the host's names the label that offers it."""
     where = "" if url.rstrip("/") == DEFAULT_URL else f"FE_CI_URL={url} "
     if job.kind == JobKind.gpu:
-        return f"on a host with an {job.family} GPU: {where}fe-ci runner"
+        cell = job.cell or ""
+        wanted = cells.Cell.parse(cell).requirements if cells.is_cell(cell) else {}
+        wanted.pop(cells.ARCH, None)  # the host's GPU says its family
+        labels = f"FE_CI_RUNNER_LABELS={cells.requires_text(wanted)} " if wanted else ""
+        return f"on a host with an {job.family} GPU: {where}{labels}fe-ci runner"
     labels = "FE_CI_RUNNER_LABELS=builder=1 " if job.kind == JobKind.build else ""
     return f"{where}{labels}fe-ci runner"
 

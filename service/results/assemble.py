@@ -159,7 +159,7 @@ def build_report(session: Session, build: Build, settings: Settings) -> BuildRep
             stages=sorted(
                 (_stage_result(s) for s in j.stage_rows), key=lambda s: _STAGE_INDEX[s.name]
             ),
-            waiting=capable.waiting_reason(j.kind, j.family, fleet)
+            waiting=capable.waiting_reason(j.kind, j.family, fleet, j.cell)
             if fleet is not None and j.state == JobState.queued
             else None,
         )

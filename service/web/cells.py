@@ -130,7 +130,11 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
         return Cell.of(row.status, row.reason)
     if stage not in job.stages:
         return None
-    why = waiting_reason(job.kind, job.family, alive) if job.state == JobState.queued else None
+    why = (
+        waiting_reason(job.kind, job.family, alive, job.cell)
+        if job.state == JobState.queued
+        else None
+    )
     word = job_word(job.state, job.outcome, why)
     if word == Shown.running:
         first_open = next((s for s in job.stages if s not in job.rows), None)
@@ -153,7 +157,11 @@ def job_stage_cell(job: JobView, stage: str, alive: set[str]) -> Cell | None:
 
 def job_cell(job: JobView, alive: set[str]) -> Cell:
     """A whole job's state in its one word (``core.wire.job_word``), with why on hover."""
-    why = waiting_reason(job.kind, job.family, alive) if job.state == JobState.queued else None
+    why = (
+        waiting_reason(job.kind, job.family, alive, job.cell)
+        if job.state == JobState.queued
+        else None
+    )
     word = job_word(job.state, job.outcome, why)
     if word == Shown.waiting:
         return Cell("waiting", "waiting", why or "")

@@ -206,3 +206,34 @@ def test_a_cell_no_runner_offers_ends_skipped_saying_which_backend(
     assert jobs["sm_90"]["reason"] == "skipped: no sm_90 runner"  # as before the matrix
     assert jobs[CELL]["reason"] == "skipped: no sm_90 runner offering cudnn=9.28.1"
     assert jobs[CELL]["outcome"] == "skipped"
+
+
+def test_a_cell_no_alive_runner_offers_says_which_label_is_missing(
+    matrix_service: Service, wheel: Path
+) -> None:
+    """The report's and the grid's waiting words name the backend label no alive runner of the
+    family offers; a runner offering it (in a list, or ``*``) ends that wait."""
+    build_id = submit_wheel(matrix_service, wheel)
+
+    def waiting() -> dict[str, str | None]:
+        jobs = report(matrix_service, build_id)["jobs"]
+        return {j["cell"] or j["kind"]: j["waiting"] for j in jobs if j["status"] == "queued"}
+
+    assert waiting()[CELL] == "no runner with arch=sm_90 is alive"
+    register(matrix_service, "old-runner", arch="sm_90")  # no backend label: the host's only
+    register(matrix_service, "narrow", arch="sm_90", cudnn="9.26.0|host")
+    register(matrix_service, "other", arch="sm_100", cudnn="9.28.1")  # another family's
+    missing = "no alive sm_90 runner offers cudnn=9.28.1"
+    assert waiting() == {"cpu": None, "sm_90": None, CELL: missing}
+    with matrix_service.http(None) as http:
+        assert f"{missing}; the job is queued" in http.get("/").text
+    register(matrix_service, "new", arch="sm_90", cudnn="9.26.0|9.28.1")
+    assert waiting()[CELL] is None
+
+
+def test_a_runner_offering_every_backend_ends_a_cells_wait(
+    matrix_service: Service, wheel: Path
+) -> None:
+    build_id = submit_wheel(matrix_service, wheel)
+    register(matrix_service, "every", arch="sm_90", cudnn="*")
+    assert {j["waiting"] for j in report(matrix_service, build_id)["jobs"]} == {None}

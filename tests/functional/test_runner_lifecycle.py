@@ -9,9 +9,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from runner.isolation import jail, uids
 from testkit import loopback, processes
 from testkit.service import ROOT, Service
 from testkit.waiting import eventually
+from tests.helpers import processes_in, submit_wheel, wait_for
 
 
 def runner_state(svc: Service, name: str) -> str:
@@ -88,6 +90,56 @@ def test_a_runner_stopped_by_sigterm_shows_offline_and_a_restart_is_alive(make_s
     )
     assert resp.status_code == 200, resp.text
     assert runner_state(svc, "term-1") == "alive"
+
+
+def _owners(where: list[Path]) -> set[int]:
+    """The uids that own these paths (a job's box, a warm parent's socket directory), where
+    they are another uid than the runner's."""
+    found = set()
+    for path in where:
+        try:
+            found.add(path.stat().st_uid)
+        except FileNotFoundError:  # gone meanwhile
+            continue
+    return found - {0}
+
+
+def test_a_runner_stopped_mid_job_ends_it_and_exits_cleanly_leaving_no_process(
+    make_service, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while a job runs (its probe, forked from a warm parent): the runner finishes the
+    job, reports it, goes offline and exits 0, with nothing on its stderr but its log lines (no
+    traceback from a cleanup run as the interpreter shuts down), and no process of the job's or
+    the warm parent's uid, nor any in its cache directory, is left."""
+    svc: Service = make_service()
+    build_id = submit_wheel(svc)
+    cache = Path(svc.runner_env()["FE_CI_CACHE_DIR"])
+    log = tmp_path / "runner.log"
+    proc = svc.start_runner(log, FE_CI_RUNNER_NAME="busy-1")
+    try:
+        eventually(
+            log.read_text,
+            until=lambda text: "stage=probe" in text,
+            timeout=600,
+            interval=0.2,
+            message="the probe stage started",
+        )
+        held = _owners([*cache.glob("jobs/job-*/box"), *cache.glob("zygotes/*/sock")])
+        assert held or not jail.mechanism().uid_drop  # as root, the job runs as a uid of its own
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    after_stop = text.split("event=stop_requested", 1)[1]
+    assert "event=job_finished" in after_stop and "event=offline runner=busy-1" in after_stop
+    strays = [line for line in text.splitlines() if line and not line.startswith("ts=")]
+    assert strays == [], "\n".join(strays[-40:])
+    assert wait_for(svc, build_id, lambda r: r["status"] == "finished")["verdict"] != "error"
+    assert processes_in(cache) == []
+    assert {uid: uids.running_as(uid) for uid in held} == {uid: [] for uid in held}
 
 
 def test_offline_needs_a_runner_token(module_service: Service) -> None:

@@ -121,3 +121,21 @@ def test_the_cli_the_verdict_line_and_the_junit_name_every_subject_not_run(
         if case.get("name", "").endswith(".determinism")
     }
     assert messages == {f"{n.subject}.determinism": notrun.said_of(n) for n in report.not_run}
+
+
+def test_a_cell_on_another_backend_says_which_label_to_offer() -> None:
+    waiting = "no alive sm_90 runner offers cudnn=9.28.1"
+    job = JobReport(
+        kind=JobKind.gpu,
+        family="sm_90",
+        cell="sm_90-cudnn9.28.1",
+        status=JobState.queued,
+        waiting=waiting,
+    )
+    line = state_line(_report(job), "http://h:9")
+    assert f"sm_90 job: waiting: {waiting}" in line, line
+    command = "on a host with an sm_90 GPU: FE_CI_URL=http://h:9 FE_CI_RUNNER_LABELS=cudnn=9.28.1"
+    assert f"start a runner: {command} fe-ci runner " in line, line
+    # the host's backend needs no label: the runner's GPU says its family
+    job.cell = "sm_90"
+    assert "FE_CI_RUNNER_LABELS" not in state_line(_report(job), "http://h:9")
