@@ -8,6 +8,7 @@ of their own say the same."""
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
 
 from core.frontend_refusals import FRONTEND_ONLY, FRONTEND_REFUSALS, REUSED_CHECK
@@ -88,4 +89,3 @@ def test_a_reusing_jobs_frontend_rows_run_in_the_determinism_process(
     assert _started(alone, Stage.refusal) == ["refusal.json", "refusal.log"]
     assert "in_determinism_process" not in fresh.timings.get("stage", {})
     assert (fresh.status, fresh.reason, _checks(fresh)) == (refusal.status, refusal.reason, checks)
-
