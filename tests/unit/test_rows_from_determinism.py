@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from core.frontend_refusals import REUSED_CHECK
 from core.wire import Stage, Status
+from runner.inside import determinism, documents, refusal
 from runner.pipeline.stage_results import rows_from_determinism
 
 ROW = "frontend_refusal.dsa_sparse_attention_bwd.deterministic"
@@ -70,3 +73,25 @@ def test_an_error_of_the_rows_is_the_refusal_stages_error() -> None:
     result = rows_from_determinism(_doc(failed))
     assert result is not None and result.status == Status.error
     assert "RuntimeError: boom" in result.reason and result.log_tail == "Traceback"
+
+
+def test_the_determinism_stage_makes_the_rows_only_when_asked_and_says_an_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``determinism._frontend_rows`` in this interpreter (no frontend, no GPU); the exception is
+    raised in place of the candidate's, which a real build here cannot be made to raise."""
+    assert determinism._frontend_rows({}) is None
+    made = determinism._frontend_rows({"frontend_refusal": {"family": "sm_90"}})
+    assert made is not None and documents.problems("refusal", made) == []
+    assert made["timings"]["stage"]["in_determinism_process"] is True
+    assert [c["name"] for c in made["checks"]][-1] == REUSED_CHECK
+
+    def boom(params: Any) -> Any:
+        raise RuntimeError("the candidate broke")
+
+    monkeypatch.setattr(refusal, "frontend_only", boom)
+    failed = determinism._frontend_rows({"frontend_refusal": {"family": "sm_90"}})
+    assert failed is not None and documents.problems("refusal", failed) == []
+    result = rows_from_determinism(_doc(failed))
+    assert result is not None and result.status == Status.error
+    assert "RuntimeError: the candidate broke" in result.reason
