@@ -21,6 +21,7 @@ import logging
 import math
 import sys
 import time
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -211,7 +212,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
     if device is None and status not in ("error", "fail"):  # a bad --config still says so
         status, reason = "skipped", "no CUDA GPU on this host"
         num_status, num_reason = "skipped", reason
-    return {
+    out: DeterminismDoc = {
         "status": status,
         "reason": reason,
         "checks": doc["checks"],
@@ -227,6 +228,33 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         "comparison_points": points,
         "environment": environment,
     }
+    if (rows := _frontend_rows(params)) is not None:
+        out["frontend_refusal"] = rows
+    return out
+
+
+def _frontend_rows(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The refusal stage's document of a job whose consumer rows are the CPU job's, where the
+    runner asks for it here (``frontend_refusal``): the frontend's own rows
+    (``refusal.frontend_only``), made after the subjects in this process, which has torch, the
+    frontend and the GPU up already. None when not asked."""
+    ask = params.get("frontend_refusal")
+    if not isinstance(ask, Mapping):
+        return None
+    t0 = time.perf_counter()
+    try:
+        from runner.inside import refusal  # only when asked: it imports the consumer
+
+        doc: dict[str, Any] = dict(refusal.frontend_only({"family": ask.get("family")}))
+    except Exception as exc:  # the candidate's failure is the refusal stage's error
+        doc = {
+            "status": "error",
+            "reason": f"the frontend refusal rows: {type(exc).__name__}: {exc}"[:2000],
+            "log_tail": traceback.format_exc()[-4000:],
+        }
+    rows_s = round(time.perf_counter() - t0, 3)
+    doc["timings"] = {"stage": {"rows_s": rows_s, "in_determinism_process": True}}
+    return doc
 
 
 def _compile_ahead(

@@ -104,6 +104,7 @@ class ErrorDoc(TypedDict):
     checks: NotRequired[list[CheckDoc]]
     findings: NotRequired[list[FindingDoc]]
     log_tail: NotRequired[str]
+    timings: NotRequired[dict[str, dict[str, float | int | bool | None]]]
 
 
 class ProbeDoc(StageDoc):
@@ -134,11 +135,16 @@ class DeterminismDoc(StageDoc):
     start_configs: dict[str, Any]
     comparison_points: dict[str, Any]
     environment: dict[str, Any]
+    # the refusal stage's document (a ``RefusalDoc`` or an ``ErrorDoc``), where the runner asked
+    # for the frontend's own rows in this process; the runner checks it as the refusal stage's
+    frontend_refusal: NotRequired[dict[str, Any]]
 
 
 class RefusalDoc(StageDoc):
     refusal: list[RefusalRowDoc]
     knobs: dict[str, dict[str, Any]]
+    # made in the determinism stage's process: {"stage": {"rows_s", "in_determinism_process"}}
+    timings: NotRequired[dict[str, dict[str, float | int | bool | None]]]
 
 
 STAGE_DOCS: dict[str, type] = {

@@ -19,7 +19,9 @@ its ``determinism`` argument. The module's entry point passes none, and on an sm
 a ``skipped`` check, so such a job cannot read as covered.
 
 With ``scope`` ``"frontend"`` (a GPU job whose consumer rows are the CPU job's decisions, reused:
-the lease says so) only the frontend's own rows run (``frontend_only``).
+the lease says so) only the frontend's own rows run (``frontend_only``); the runner has the
+determinism stage's process run them (``determinism._frontend_rows``) where that stage runs, and
+starts this module for them only where it did not.
 
 Output (``core.wire.results.StageResult`` keys): ``status``, ``reason``, ``checks`` (one
 ``<subject>.refusal`` per activation, ``refusal.state_restored``, ``refusal.te_gate``, and

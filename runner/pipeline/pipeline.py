@@ -1,11 +1,12 @@
 """The stage order, shared by the agent (a job from the service) and ``fe-ci validate`` and
 ``fe-ci bisect`` (local).
 
-install -> probe -> determinism (+ numerics, from the same process) -> refusal. Each candidate-side
-stage is a subprocess of the candidate's Python, in its own process group with a timeout, with a
-private copy of ``runner/inside`` on its path and nothing else of the runner (``candidate.py``
-starts it). What a run is asked to do is ``pipeline_options.py``; what it hands back,
-``stage_results.py``; the install stage, ``install_stage.py``.
+install -> probe -> determinism (+ numerics, from the same process) -> refusal (a job that reuses
+the CPU job's decisions: the frontend's own rows, from the determinism stage's process where it
+ran). Each candidate-side stage is a subprocess of the candidate's Python, in its own process
+group with a timeout, with a private copy of ``runner/inside`` on its path and nothing else of the
+runner (``candidate.py`` starts it). What a run is asked to do is ``pipeline_options.py``; what
+it hands back, ``stage_results.py``; the install stage, ``install_stage.py``.
 """
 
 from __future__ import annotations
@@ -20,17 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core import bounds, regression, subjects, surface
+from core.frontend_refusals import FRONTEND_ONLY
 from core.subjects import SUBJECTS
 from core.verdict import ENDED_WELL, ERRORED
-from core.wire import (
-    STAGE_ORDER,
-    Check,
-    Environment,
-    Finding,
-    Stage,
-    StageResult,
-    Status,
-)
+from core.wire import STAGE_ORDER, Check, Environment, Finding, Stage, StageResult, Status
 from runner.cache import compile_cache, compile_keys
 from runner.envs import envs, host, layers
 from runner.isolation import candidate, jail, jobbox, redact, sandbox, stage_source, uids
@@ -42,6 +36,7 @@ from runner.pipeline.stage_results import (
     failed_stage,
     libcudnn,
     redacted,
+    rows_from_determinism,
     stage_from_doc,
 )
 
@@ -272,6 +267,8 @@ class Pipeline:
             "compile_cache_source_key": cache.source_key,
             "launched_at": time.time(),  # the stage's timings["stage"]["ready_s"] counts from it
         }
+        if o.refusal_scope == FRONTEND_ONLY and Stage.refusal in o.stages:  # no interpreter of
+            params["frontend_refusal"] = {"family": o.family}  # its own: ``refusal()``
         # written by the job's uid during the stage only, taken back before anything is published:
         # no process of the stage is left to add a file (``jobbox.JobBox.writing``)
         result = self.run_inside(Stage.determinism, params, rw=(cache.dir,))
@@ -303,6 +300,11 @@ class Pipeline:
         return result, numerics
 
     def refusal(self) -> StageResult:
+        # reusing the CPU job's decisions: the frontend's rows, made in the determinism stage's
+        # process where it ran them (a fresh interpreter costs more than the rows)
+        reused = self.opts.refusal_scope == FRONTEND_ONLY
+        if reused and (ran := rows_from_determinism(self._extra.get(Stage.determinism, {}))):
+            return ran
         params = {
             "family": self.opts.family,
             "scope": self.opts.refusal_scope,

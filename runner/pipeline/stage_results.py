@@ -22,6 +22,7 @@ from core.wire import (
     Status,
 )
 from core.wire.results import undeclared_configs
+from runner.inside import documents
 from runner.isolation import redact, sandbox
 
 
@@ -60,6 +61,28 @@ def accepted(name: Stage, doc: dict[str, Any], duration: float) -> StageResult |
         return f"{where}: {err['msg']} ({exc.error_count()} problems)"
     if bad := undeclared_configs(result):  # the service would refuse the post
         return str(bad)
+    return result
+
+
+def rows_from_determinism(determinism_doc: dict[str, Any]) -> StageResult | None:
+    """The refusal stage's result from the frontend rows the determinism stage's process ran
+    (its document's ``frontend_refusal``, the candidate's output: checked as the refusal stage's
+    own document would be), or None where it holds none (then the stage runs on its own)."""
+    doc = determinism_doc.get("frontend_refusal")
+    if not isinstance(doc, dict):
+        return None
+    why = "; ".join(documents.problems(Stage.refusal.value, doc))
+    seconds = (doc.get("timings") or {}).get("stage", {}) if not why else {}
+    rows_s = seconds.get("rows_s") if isinstance(seconds, dict) else None
+    duration = float(rows_s) if isinstance(rows_s, int | float) and 0 <= rows_s < 1e6 else 0.0
+    result = why or accepted(Stage.refusal, doc, duration)
+    if isinstance(result, str):
+        return StageResult(
+            name=Stage.refusal,
+            status=Status.error,
+            reason="the frontend refusal rows of the determinism stage's process wrote a "
+            f"document the runner does not accept: {result}",
+        )
     return result
 
 
