@@ -23,7 +23,9 @@ SERVICE = (
     *("max_webhooks", "upload_checks", "max_connections", "max_streams", "max_streams_per_client"),
     *("max_queued_per_token", "max_queued_builds", "orphan_grace_s", "bisect_max_builds"),
     *("require", "notify_url", "notify_secret", "notify_format", "notify_retries"),
-    *("notify_backoff_s", "notify_give_up_h"),
+    *("notify_backoff_s", "notify_give_up_h", "matrix"),
+    *("watch", "watch_index", "watch_python", "watch_interval_s", "watch_max_backoff_s"),
+    *("watch_backfill", "watch_max_mb", "watch_file_hosts"),
 )
 # What running the stages on a build reads (validate, bisect, and each job of a runner).
 PIPELINE = (
