@@ -94,4 +94,6 @@ def sm90_results(
         "sdpa_bwd": sdpa,
         "sdpa_torch_bwd": sdpa,
         "causal_conv1d_bwd": NEEDS_BACKEND,
+        "indexer_top_k": PASS,
+        "dsa_sparse_attention_bwd": NEEDS_SM100,
     }

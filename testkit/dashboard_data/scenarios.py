@@ -42,6 +42,8 @@ def scenario_pass(c: Ctx) -> int:
             "sdpa_bwd": PASS,
             "sdpa_torch_bwd": PASS,
             "causal_conv1d_bwd": PASS,
+            "indexer_top_k": PASS,
+            "dsa_sparse_attention_bwd": PASS,
         },
     )
     c.drift(b, h, "sm_100", "grouped_gemm_dsrelu", control=12, outputs=("dprob", "dbias"))
