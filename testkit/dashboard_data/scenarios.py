@@ -13,6 +13,7 @@ from testkit.dashboard_data.jobs import (
     GPU_STAGES,
     PASS,
     PROBE_CHECKS,
+    covered,
     cpu_job,
     gpu_job,
     sm90_results,
@@ -35,16 +36,7 @@ def scenario_pass(c: Ctx) -> int:
         c,
         b,
         "sm_100",
-        {
-            "grouped_gemm_dsrelu": PASS,
-            "grouped_gemm_dglu": PASS,
-            "flex_attention_bwd": PASS,
-            "sdpa_bwd": PASS,
-            "sdpa_torch_bwd": PASS,
-            "causal_conv1d_bwd": PASS,
-            "indexer_top_k": PASS,
-            "dsa_sparse_attention_bwd": PASS,
-        },
+        covered("sm_100", {}),
     )
     c.drift(b, h, "sm_100", "grouped_gemm_dsrelu", control=12, outputs=("dprob", "dbias"))
     c.drift(b, h, "sm_100", "grouped_gemm_dglu", control=10, outputs=("dprob",))

@@ -12,8 +12,10 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy.orm import Session
 
+from core.wire import Stage, StageResult, Status
 from service.db import make_engine
 from service.models import Build, Job, StageRow
+from service.results.assemble import stage_document
 from testkit import loopback
 from testkit.dashboard_data import seed_all
 from testkit.service import Service, service_env
@@ -141,7 +143,16 @@ def test_trends_without_drift_draw_the_newest_builds_stage_times(service: Servic
             session.add_all([build, job])
             session.flush()
             for stage, seconds in (("install", 10.0 + n), ("probe", 2.0), ("refusal", 3.0)):
-                session.add(StageRow(job_id=job.id, name=stage, status="pass", duration_s=seconds))
+                result = StageResult(name=Stage(stage), status=Status.pass_, duration_s=seconds)
+                session.add(
+                    StageRow(
+                        job_id=job.id,
+                        name=stage,
+                        status="pass",
+                        duration_s=seconds,
+                        result=stage_document(result),
+                    )
+                )
         session.commit()
     engine.dispose()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
