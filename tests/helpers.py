@@ -357,3 +357,17 @@ def still_held(socks: list[socket.socket], reopen: Callable[[], socket.socket]) 
         if select.select([sock], [], [], 0)[0]:
             sock.close()
             socks[i] = reopen()
+
+
+def layer_1_32(make_dir: Callable[[str], Path]) -> Any:
+    """The 1.32.0 dependency layer, from the session's shared layers where there are (built
+    once), else built in ``make_dir("layers")``."""
+    from runner.envs import envs, warm_install
+    from testkit.service import session_caches
+
+    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
+    shared = session_caches().get("FE_CI_LAYERS_DIR")
+    where = Path(shared) if shared else make_dir("layers")
+    built = warm_install.ensure_layer(meta, layers_dir=where, timeout_s=900)
+    assert built is not None
+    return built

@@ -13,10 +13,10 @@ import pytest
 
 from core.frontend_refusals import FRONTEND_ONLY, FRONTEND_REFUSALS, REUSED_CHECK
 from core.wire import Stage, StageResult, Status
-from runner.envs import envs, layers, warm_install
+from runner.envs import layers
 from runner.pipeline import pipeline, pipeline_options
 from testkit.registry import registry_wheel
-from testkit.service import session_caches
+from tests.helpers import layer_1_32
 
 pytestmark = pytest.mark.slow  # a real dependency layer, real stage processes
 
@@ -24,11 +24,7 @@ pytestmark = pytest.mark.slow  # a real dependency layer, real stage processes
 @pytest.fixture(scope="module")
 def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     """The 1.32.0 layer, from the session's shared layers where there are (built once)."""
-    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
-    shared = session_caches().get("FE_CI_LAYERS_DIR")
-    where = Path(shared) if shared else tmp_path_factory.mktemp("layers")
-    built = warm_install.ensure_layer(meta, layers_dir=where, timeout_s=900)
-    assert built is not None
+    built: layers.Layer = layer_1_32(tmp_path_factory.mktemp)
     return built
 
 

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 
 from core.wire import Stage, Status
-from runner.envs import envs, layers, warm_install
+from runner.envs import layers
 from runner.isolation import jail, zygotes
 from runner.pipeline import pipeline, pipeline_options
 from testkit import frontend_repo as fr
 from testkit import wheels
 from testkit.registry import registry_wheel
-from testkit.service import session_caches
-from tests.helpers import alive, processes_with, wait_gone
+from tests.helpers import alive, layer_1_32, processes_with, wait_gone
 
 pytestmark = pytest.mark.slow  # builds a real dependency layer
 
@@ -33,11 +32,7 @@ pytestmark = pytest.mark.slow  # builds a real dependency layer
 @pytest.fixture(scope="module")
 def layer(tmp_path_factory: pytest.TempPathFactory) -> layers.Layer:
     """The 1.32.0 layer, from the session's shared layers where there are (built once)."""
-    meta = envs.read_wheel_metadata(registry_wheel("1.32.0"))
-    shared = session_caches().get("FE_CI_LAYERS_DIR")
-    where = Path(shared) if shared else tmp_path_factory.mktemp("layers")
-    built = warm_install.ensure_layer(meta, layers_dir=where, timeout_s=900)
-    assert built is not None
+    built: layers.Layer = layer_1_32(tmp_path_factory.mktemp)
     return built
 
 
