@@ -11,11 +11,13 @@ the plan and what ran), submits the next builds of the plan one after another (a
 most 10 minutes therefore adds a few builds; the next call, on the same warm machine, goes on.
 
 The plan is letters: ``G`` the genuine wheel, ``B`` it with ``flipped_bit`` planted, ``S`` with
-``slower_backward`` (``testkit/plants.py``). Each call writes ``h200-stream-DATE.json``
-(``{"builds": [the API's reports in build order], "planted": {"<id>": "what"}, "wall_s":
-{"<id>": s}}``) and its summary ``.txt`` into ``--out``: a comparison lost after build 1,
-pinned configs per subject, planted builds flagged or not, genuine builds flagged, the genuine
-builds' verdicts, the warm determinism stage's median, and where a warm build's time went.
+``slower_backward`` (``testkit/plants.py``), ``T`` with ``cudnn.sdpa_torch``'s dense backward no
+longer passing the torch flag (cudnn-frontend #837, ``testkit/flag_plant.py``). Each call writes
+``h200-stream-DATE.json`` (``{"builds": [the API's reports in build order], "planted":
+{"<id>": "what"}, "wall_s": {"<id>": s}}``) and its summary ``.txt`` into ``--out``: a comparison
+lost after build 1, pinned configs per subject, planted builds flagged or not, genuine builds
+flagged, the genuine builds' verdicts, the warm determinism stage's median, and where a warm
+build's time went.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_builds import SUBMIT, gpu_family, stack  # noqa: E402
+from testkit.flag_plant import DROPPED_FLAG, plant_dropped_flag  # noqa: E402
 from testkit.plants import PLANTS, plant  # noqa: E402
 from testkit.streams import host_sample  # noqa: E402
 
 DEFAULT_PLAN = "G,G,G,G,B,G,G,G,S,G,G,G,B,G,G,G,S,G,G,G"  # 20 builds
-KINDS = {"G": "genuine", "B": "flipped_bit", "S": "slower_backward"}
+KINDS = {"G": "genuine", "B": "flipped_bit", "S": "slower_backward", "T": "dropped_flag"}
 
 
 def load_state(state: Path, plan: str, wheel: Path) -> dict[str, Any]:
@@ -53,6 +56,7 @@ def load_state(state: Path, plan: str, wheel: Path) -> dict[str, Any]:
     wheels = {"genuine": str(wheel)}
     for kind in PLANTS:
         wheels[kind] = str(plant(wheel, kind, state / "wheels" / kind))
+    wheels["dropped_flag"] = str(plant_dropped_flag(wheel, state / "wheels" / "dropped_flag"))
     return {"plan": [KINDS[p] for p in letters], "wheels": wheels, "done": [], "pending": None}
 
 
@@ -118,7 +122,8 @@ def run_calls(args: argparse.Namespace) -> dict[str, Any]:
             print(f"build {pending['build']} ({pending['kind']}): {report['verdict']} in {wall} s")
         builds = [http.get(f"/api/builds/{d['build']}").json() for d in doc["done"]]
         pins = http.get("/api/pins").json()["items"]
-    planted = {str(d["build"]): PLANTS[d["kind"]] for d in doc["done"] if d["kind"] in PLANTS}
+    what = {**PLANTS, "dropped_flag": DROPPED_FLAG}
+    planted = {str(d["build"]): what[d["kind"]] for d in doc["done"] if d["kind"] in what}
     walls = {str(d["build"]): d["wall_s"] for d in doc["done"]}
     hosts = {str(d["build"]): d["host"] for d in doc["done"] if "host" in d}
     return {"builds": builds, "planted": planted, "wall_s": walls, "host": hosts, "pins": pins}

@@ -14,7 +14,7 @@ What catches it: the determinism stage on a GPU (``sdpa_torch_bwd``'s determinis
 the flag on and its dense dq then varies, as the control does); the probe's ``torch_flag`` method
 does not, since the backward still reads the flag on its THD path (docs/determinism.md).
 
-    .venv/bin/python -m testkit.flag_plant [--version 1.32.0] --out DIR
+    .venv/bin/python -m testkit.flag_plant [--version 1.32.0 | --wheel W] --out DIR
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ BACKWARD = "_sdpa_backward"
 KNOB = "is_deterministic"
 FLAG = "torch.are_deterministic_algorithms_enabled()"
 PACKED_ONLY = "cu_seqlens_q"  # a keyword only the THD call passes
+DROPPED_FLAG = "sdpa_torch's dense backward no longer passes the torch flag (#837)"
+SUBJECT = "sdpa_torch_bwd"
 
 
 def dense_flag_line(source: bytes) -> int:
@@ -71,9 +73,11 @@ def plant_dropped_flag(src: Path, dest_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--version", default="1.32.0", help="the registry release to plant into")
+    p.add_argument("--wheel", type=Path, help="plant into this wheel instead (no download)")
     p.add_argument("--out", type=Path, required=True, help="the folder the planted wheel goes to")
     args = p.parse_args(argv)
-    planted = plant_dropped_flag(registry_wheel(args.version), args.out)
+    source = args.wheel if args.wheel is not None else registry_wheel(args.version)
+    planted = plant_dropped_flag(source, args.out)
     print(planted)
     return 0
 

@@ -18,9 +18,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from testkit.flag_plant import DROPPED_FLAG
+from testkit.flag_plant import SUBJECT as FLAG_SUBJECT
 from testkit.plants import PLANTS
 
-KIND_OF = {what: kind for kind, what in PLANTS.items()}
+KIND_OF = {what: kind for kind, what in PLANTS.items()} | {DROPPED_FLAG: "dropped_flag"}
 PLANTED_SUBJECT = "flex_attention_bwd"
 WARM_GOAL_S = 15.0
 COLD = re.compile(r"compile cache \S+: 0 entries present")
@@ -47,6 +49,14 @@ def _gpu_stage(build: dict[str, Any], name: str) -> dict[str, Any] | None:
                 if stage["name"] == name:
                     return dict(stage)
     return None
+
+
+def _failed(build: dict[str, Any], subject: str) -> bool:
+    """Whether the build is red and its GPU determinism stage failed a check of ``subject``."""
+    det = _gpu_stage(build, "determinism") or {}
+    checks = det.get("checks", [])
+    hit = any(subject in c["name"] and c["status"] == "fail" for c in checks)
+    return bool(build.get("verdict") == "fail" and hit)
 
 
 def _median(values: list[float]) -> float | None:
@@ -79,6 +89,8 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
         if kind == "slower_backward" and not any(r["cost_regressed"] for r in planted_rows):
             ratios = [r.get("cost_ratio") for r in planted_rows]
             planted_missed.append(f"#{build['id']} slower_backward: not flagged (ratio {ratios})")
+        if kind == "dropped_flag" and not _failed(build, FLAG_SUBJECT):
+            planted_missed.append(f"#{build['id']} dropped_flag: {FLAG_SUBJECT} did not fail")
         if kind != "genuine":
             continue
         for pair, row in rows.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.flag_plant import DROPPED_FLAG
 from testkit.streams import analyse, host_sample, summary_text
 
 RECORDED = Path(__file__).resolve().parents[2] / "docs/measurements/h200-stream-2026-12-04.json"
@@ -54,3 +55,37 @@ def test_a_host_sample_is_read_from_this_host() -> None:
     sample = host_sample()
     assert sample["processes"] >= 1 and sample["mem_available_mib"] > 0
     assert len(sample["top_cpu_s"]) <= 5 and all(":" in row for row in sample["top_cpu_s"])
+
+
+def _as_dropped_flag(build: dict, verdict: str, status: str) -> dict:
+    """A recorded build relabelled as the #837 plant, its GPU determinism stage given an
+    ``sdpa_torch_bwd`` check of ``status``."""
+    out = json.loads(json.dumps(build))
+    out["verdict"] = verdict
+    for job in out["jobs"]:
+        if job["kind"] == "gpu":
+            for stage in job["stages"]:
+                if stage["name"] == "determinism":
+                    stage["checks"].append(
+                        {"name": "sdpa_torch_bwd.deterministic", "status": status}
+                    )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "missed"), [("fail", "fail", False), ("pass", "pass", True)]
+)
+def test_a_dropped_flag_build_counts_as_caught_only_when_sdpa_torch_fails(
+    stream: dict, verdict: str, status: str, missed: bool
+) -> None:
+    build = _as_dropped_flag(stream["builds"][1], verdict, status)
+    doc = {
+        "builds": [stream["builds"][0], build],
+        "planted": {str(build["id"]): DROPPED_FLAG},
+        "wall_s": {},
+    }
+    a = analyse(doc)
+    assert a["kinds"][build["id"]] == "dropped_flag"
+    assert bool(a["planted_missed"]) is missed
+    if missed:
+        assert a["planted_missed"] == [f"#{build['id']} dropped_flag: sdpa_torch_bwd did not fail"]
