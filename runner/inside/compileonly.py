@@ -37,6 +37,8 @@ COMPILE_ONLY = tuple(name for name, s in SUBJECTS.items() if s.compile_only)
 SUBDIR = "compile-only"
 # The module the subprocess runs. Tests point it at a double (they have no DSL to compile with).
 WORKER = "runner.inside.subjects.base"
+# the folder that holds ``runner``: the worker runs in a temporary folder, so it is put on its path
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 MAX_DOC_BYTES = 256 << 10  # a kept result is a few hundred bytes; anything larger is not one
 KEPT = ("pass", "fail")
 
@@ -110,12 +112,15 @@ def start(
     (tmp / "params.json").write_text(json.dumps({"subject": name}))
     env = dict(os.environ, CUTE_DSL_ARCH=COMPILE_ARCH, CUTE_DSL_KEEP="ptx,cubin")
     env.update(CUTE_DSL_DUMP_DIR=str(tmp), CUDA_VISIBLE_DEVICES="")
+    path = [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(path)
     cmd = [sys.executable, "-m", WORKER, "--in", str(tmp / "params.json")]
     pending.log = (tmp / "output.log").open("wb")  # a file, not a pipe: nobody reads it meanwhile
     try:
         pending.proc = subprocess.Popen(
             [*cmd, "--out", str(tmp / "result.json")],
             env=env,
+            cwd=tmp,  # the DSL writes its kept PTX and cubin into the working folder
             stdout=pending.log,
             stderr=subprocess.STDOUT,
         )

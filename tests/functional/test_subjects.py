@@ -237,9 +237,13 @@ def test_grouped_kernels_compile_for_sm100a_on_a_host_without_that_gpu(tmp_path:
     out = tmp_path / "result.json"
     run_env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     cmd = [str(env.python), "-m", "runner.inside.determinism", "--in", str(params)]
-    subprocess.run([*cmd, "--out", str(out)], check=True, env=run_env, timeout=900)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    subprocess.run([*cmd, "--out", str(out)], check=True, env=run_env, timeout=900, cwd=cwd)
     doc = json.loads(out.read_text())
     assert doc["findings"] == []
+    # the DSL's kept PTX and cubin land in the worker's own folder, not where the stage ran
+    assert sorted(p.name for p in cwd.iterdir()) == []
     checks = {c["name"]: c for c in doc["checks"]}
     assert set(checks) == {f"{n}.deterministic" for n in COMPILE_ONLY}
     for check in checks.values():
