@@ -1,6 +1,6 @@
 """Builds through the service and a GPU runner, one after another: what a second build costs.
 
-    python bench/gpu_builds.py --wheel W [--wheel W ...] --out DIR [--port 8089]
+    python bench/gpu_builds.py --wheel W [--wheel W ...] --out DIR [--port 8089] [--state DIR]
 
 Starts a real ``fe-ci serve`` (SQLite in a temp dir, ``FE_CI_GPU_ARCHS`` = this GPU's family) and
 one real ``fe-ci runner`` on this host (``FE_CI_WHEELHOUSE`` from the environment, as on an offline
@@ -293,12 +293,24 @@ def main() -> None:
     parser.add_argument(
         "--family", help="GPU families to cover (default: this GPU's); '' for a CPU job alone"
     )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        help="the service's data and the runner's caches here, kept (e.g. a stream's --state, "
+        "whose caches are warm) instead of in a new temporary folder",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fe-ci-gpu-bench-") as tmp:
-        work = Path(tmp)
+    with contextlib.ExitStack() as keep:
+        if args.state is None:
+            work = Path(keep.enter_context(tempfile.TemporaryDirectory(prefix="fe-ci-gpu-bench-")))
+            runner_env = {}
+        else:
+            work = args.state
+            work.mkdir(parents=True, exist_ok=True)
+            runner_env = {"FE_CI_RUNNER_REPLACE": "1"}  # an earlier call's runner had the name
         family = gpu_family() if args.family is None else args.family
-        with stack(work, args.out, args.port, family) as http:
+        with stack(work, args.out, args.port, family, **runner_env) as http:
             summaries = []
             for wheel in args.wheel:
                 doc, wall = run_build(http, wheel, args.timeout_s)
