@@ -13,6 +13,9 @@ from testkit.wheels import metadata, wheel_bytes
 
 PACKAGE = "nvidia_cudnn_cu13"
 HOST_LIB = Path("/lib/x86_64-linux-gnu/libz.so.1")  # any real ELF shared object of the host
+# what the real wheel declares (9.28.1.4's METADATA): the CUDA library its libcudnn links, which
+# the host's torch already brings; never in a backend-only wheelhouse
+REQUIRES = ("nvidia-cublas",)
 WHEEL = b"Wheel-Version: 1.0\nGenerator: fe-ci-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 # a frontend whose backend call loads libcudnn the way the real one does: the first
 # ``libcudnn.so.9`` the dynamic loader finds (``LD_LIBRARY_PATH`` first)
@@ -34,7 +37,7 @@ def backend_wheel(dest_dir: Path, version: str = "9.28.1.4", *, pad_mb: int = 0)
     members = {
         "nvidia/cudnn/lib/libcudnn.so.9": HOST_LIB.read_bytes(),
         "nvidia/cudnn/include/cudnn_version.h": b"#define CUDNN_MAJOR 9\n",
-        f"{info}/METADATA": metadata(version, name="nvidia-cudnn-cu13"),
+        f"{info}/METADATA": metadata(version, name="nvidia-cudnn-cu13", requires=REQUIRES),
         f"{info}/WHEEL": WHEEL,
     }
     if pad_mb > 0:

@@ -72,6 +72,7 @@ def ensure(
         wheelhouse=wheelhouse,
         job=job,
         check_torch=False,
+        host_deps=True,  # its CUDA libraries (nvidia-cublas) are those of the host's torch
     )
     if layer is None:  # pragma: no cover - a backend always has one requirement
         raise layers.LayerError(f"no layer for {req}")

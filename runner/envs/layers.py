@@ -52,10 +52,16 @@ class LayerSpec:
     source: str
     installer: str
     format: int = LAYER_FORMAT
+    # installed without its dependencies, which the host's torch environment provides: a cuDNN
+    # backend wheel requires the CUDA libraries (nvidia-cublas) that torch brings already
+    host_deps: bool = False
 
     @property
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        fields = asdict(self)
+        if not fields["host_deps"]:  # keys of layers built before the field stay as they were
+            del fields["host_deps"]
+        blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
 
@@ -210,6 +216,32 @@ def env_paths(python: Path, box: jail.Box | None = None) -> list[str]:
     if out.returncode != 0:
         raise LayerError(f"{python} could not list its path: {out.stderr.strip()[-300:]}")
     return [p for p in out.stdout.splitlines() if p]
+
+
+def left_to_host(site: Path, host_sites: list[Path]) -> list[str]:
+    """What the distributions in ``site`` require and ``site`` does not hold, each with what
+    ``host_sites`` (the host torch's) offer for it: ``nvidia-cublas (host: 13.1.0.3)`` or
+    ``nvidia-cublas (not on this host)``, or the conflict as ``unmet`` words it."""
+    own = visible_versions([str(site)])
+    beside = visible_versions([str(p) for p in host_sites])
+    out: list[str] = []
+    for name, (version, info) in sorted(own.items()):
+        for line in _requires_of(info):
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            dep = canonicalize_name(req.name)
+            if dep in own or not _applies(req, set()):
+                continue
+            have = beside.get(dep)
+            if have is None:
+                out.append(f"{req.name} (not on this host)")
+            elif _satisfies(req.specifier, have[0]):
+                out.append(f"{req.name} (host: {have[0]})")
+            else:
+                out.append(f"{name} {version} requires {req.name}{req.specifier}, host: {have[0]}")
+    return out
 
 
 def check_env(

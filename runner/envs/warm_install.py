@@ -8,6 +8,7 @@ checked against every requirement afterwards instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ def ensure_layer(
     installer: str | None = None,
     job: JobBox | None = None,
     check_torch: bool = True,
+    host_deps: bool = False,
 ) -> layers.Layer | None:
     """The dependency layer of ``meta``'s resolved dependency set: reused, or built once (by the
     installer in ``job``'s sandbox; without a job, in one of its own).
@@ -37,7 +39,9 @@ def ensure_layer(
     None when the candidate declares nothing to install. Raises ``LayerError`` (with the
     resolver's message) when the layer cannot be built, or must not be used. ``check_torch``
     False: the host torch's own requirements are not held against the layer (a cuDNN backend
-    layer replaces the backend torch pins, ``runner/envs/backend.py``).
+    layer replaces the backend torch pins, ``runner/envs/backend.py``). ``host_deps``: the
+    requirements are installed without their dependencies, which the host's torch environment
+    provides (a backend wheel's CUDA libraries); what they are is kept in ``layer.json``.
     """
     torch = host.host_torch()
     spec = layers.layer_spec(
@@ -48,6 +52,8 @@ def ensure_layer(
         wheelhouse=wheelhouse,
         installer=installer or envs.choose_installer(),
     )
+    if host_deps:
+        spec = dataclasses.replace(spec, host_deps=True)
     if not spec.requirements:
         return None
     root = layers_dir / spec.key
@@ -100,6 +106,7 @@ def _build_layer(
             spec.installer,
             env,
             ["-r", str(tmp / "requirements.txt")],
+            no_deps=spec.host_deps,
             constraints=constraints,
             overrides=overrides,
             index_url=index_url,
@@ -123,18 +130,26 @@ def _build_layer(
         dists = layers.layer_dists(site)
         if "torch" in dists:
             raise layers.LayerError("the layer would contain a torch of its own")
-        problems = layers.check_env(
-            env.python,
-            [("the candidate", list(spec.requirements), set())],
-            [*dists, "torch"] if check_torch else dists,
-            box=job.box(ro=(tmp,)),
-        )
+        if spec.host_deps:  # their own requirements are the host's to meet, and recorded
+            problems = []
+            host_sites = [torch.site_dir] if torch is not None else []
+            left = layers.left_to_host(site, host_sites)
+        else:
+            problems = layers.check_env(
+                env.python,
+                [("the candidate", list(spec.requirements), set())],
+                [*dists, "torch"] if check_torch else dists,
+                box=job.box(ro=(tmp,)),
+            )
+            left = []
         if problems:
             raise layers.LayerError("dependency conflict: " + "; ".join(problems[:5]))
         # the layer is shared by runners whose torch lives elsewhere: each job's env points at
         # its own runner's torch, never at the one that happened to build the layer
         (site / envs.HOST_TORCH_PTH).unlink(missing_ok=True)
         doc = {"spec": spec.__dict__, "dists": dists, "built_s": time.monotonic() - start}
+        if left:
+            doc["left_to_host"] = left
         (tmp / "layer.json").write_text(json.dumps(doc, indent=1, default=list))
         layers.read_only(tmp)
         os.rename(tmp, root)

@@ -8,6 +8,7 @@ libcudnn is a real shared library of the host, so the dynamic loader really maps
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,12 @@ def test_the_backend_layer_is_built_once_then_reused_and_loaded_first(
     assert loaded["frontend"][0].startswith(str(lib.resolve()))
     assert loaded["torch"] == []  # a CPU-only torch loads no libcudnn
     assert first.environment.cudnn_requested == "9.28.1"
+    # installed without its dependencies: the wheel's CUDA library is left to the host's torch
+    # (a CPU-only torch brings none) and recorded, never resolved from the wheelhouse
+    doc = json.loads((built[0] / "layer.json").read_text())
+    assert doc["spec"]["host_deps"] is True
+    assert doc["dists"] == ["nvidia-cudnn-cu13"]
+    assert doc["left_to_host"] == ["nvidia-cublas (not on this host)"]
     stamp = (built[0] / "layer.json").stat().st_mtime_ns
     # the second job of the host installs nothing: the same layer, untouched
     second = _pipe(tmp_path / "job2", wheelhouse, layers_dir, "9.28.1").run(frontend)
