@@ -92,12 +92,15 @@ def posted_stage(
     compare_at: dict[str, Any] | None = None,
     nudge: float = 0.0,
     ratio: float | None = None,
+    rarely: bool = False,
 ) -> dict[str, Any]:
     """The determinism stage an sm_90 runner posts for ``subject``, from a real CPU measurement
     (``measure_subject`` on Reduction workloads, one per config name): the control varies only
     at the configs in ``varies`` (elsewhere its order never changes), so the walk from ``start``
     goes where the test says. ``compare_at`` is the lease's comparison point; ``nudge`` moves the
-    inputs' first value (every config's bytes change); ``ratio`` sets the comparison's cost."""
+    inputs' first value (every config's bytes change); ``ratio`` sets the comparison's cost;
+    ``rarely``: the control varies in one call of nine only (in fewer than half its comparisons,
+    so no comparison point is chosen from it)."""
     from runner.inside import bits
     from runner.inside.measure import Settings, measure_subject
 
@@ -105,7 +108,9 @@ def posted_stage(
         w, x = floats(4096, 21 + names.index(name))
         x[0] += nudge
         # quiet: the knob-off order never changes, the knob-on bytes are the same as when it does
-        return Reduction(w, x, shuffle_when=lambda _call: name in varies)
+        return Reduction(
+            w, x, shuffle_when=lambda call: name in varies and (not rarely or call % 9 == 5)
+        )
 
     fake = FakeSubject(make, names=names, name=subject)
     out = measure_subject(

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from core import history
 from core.kinds import FindingKind
@@ -32,35 +33,45 @@ log = logging.getLogger("fe_ci.history")
 _KEPT = ("digests", "sample", "cost", "config_name", "comparable")
 
 
-def _same_series(pin_id: int | None) -> Any:
-    """Measured in the series ``pin_id``, by the build itself (a rerun's copy counts once, in
-    the build it was copied from)."""
-    series = (
-        DeterminismRecord.pin_id.is_(None) if pin_id is None else DeterminismRecord.pin_id == pin_id
-    )
+def _same_series(pin: ComparisonPin | None) -> Any:
+    """Measured in the series of ``pin``, by the build itself (a rerun's copy counts once, in
+    the build it was copied from). A subject's first series also takes the records made before
+    its point was chosen: they are of the same key, so the same config, inputs, cell, GPU and
+    torch (a point is measured where the control varied in half its comparisons, which an
+    earlier build at that very config may have missed)."""
+    unpinned = DeterminismRecord.pin_id.is_(None)
+    series: ColumnElement[bool]
+    if pin is None:
+        series = unpinned
+    elif pin.series == 1:
+        series = or_(DeterminismRecord.pin_id == pin.id, unpinned)
+    else:
+        series = DeterminismRecord.pin_id == pin.id
     return and_(series, DeterminismRecord.copied.is_(False))
 
 
 def previous_record(
-    session: Session, key: str, build_id: int, pin_id: int | None = None
+    session: Session, key: str, build_id: int, pin: ComparisonPin | None = None
 ) -> DeterminismRecord | None:
-    """The newest record of ``key`` in the series ``pin_id`` from an earlier build."""
+    """The newest record of ``key`` in the series of ``pin`` from an earlier build."""
     return session.scalars(
         select(DeterminismRecord)
         .where(DeterminismRecord.key == key, DeterminismRecord.build_id < build_id)
-        .where(_same_series(pin_id))
+        .where(_same_series(pin))
         .order_by(DeterminismRecord.build_id.desc(), DeterminismRecord.id.desc())
         .limit(1)
     ).first()
 
 
-def genuine_ratios(session: Session, key: str, build_id: int, pin_id: int | None) -> list[float]:
+def genuine_ratios(
+    session: Session, key: str, build_id: int, pin: ComparisonPin | None
+) -> list[float]:
     """The cost ratios of the newest genuine earlier builds of the key and series, oldest first:
     the records whose cost was not flagged, so a slow build does not widen the band."""
     ratios = session.scalars(
         select(DeterminismRecord.cost_ratio)
         .where(DeterminismRecord.key == key, DeterminismRecord.build_id < build_id)
-        .where(_same_series(pin_id), DeterminismRecord.cost_ratio.is_not(None))
+        .where(_same_series(pin), DeterminismRecord.cost_ratio.is_not(None))
         .where(DeterminismRecord.cost_regressed.is_(False))
         .order_by(DeterminismRecord.build_id.desc(), DeterminismRecord.id.desc())
         .limit(history.COST_WINDOW)
@@ -99,14 +110,14 @@ def _record(
     subject = check.subject
     key = history.comparable_key(metrics["comparable"])
     pin_id = pin.id if pin else None
-    prev = previous_record(session, key, job.build_id, pin_id)
+    prev = previous_record(session, key, job.build_id, pin)
     found = history.compare(
         subject,
         metrics,
         prev.measured if prev else None,
         prev.build_id if prev else None,
         cost_factor,
-        series=genuine_ratios(session, key, job.build_id, pin_id),
+        series=genuine_ratios(session, key, job.build_id, pin),
     )
     record = DeterminismRecord(
         build_id=job.build_id,

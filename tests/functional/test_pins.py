@@ -102,6 +102,24 @@ def test_the_point_is_chosen_once_and_kept_while_detection_walks(stream: Stream)
     assert len(pins_of(stream.svc)) == 1  # one pinned config per subject and family
 
 
+def test_the_first_point_takes_up_the_comparisons_made_before_it_was_chosen(
+    stream: Stream,
+) -> None:
+    """As ``sdpa_torch_bwd`` on the H200 (docs/measurements/h200-stream-2026-12-05.txt): its
+    control varied in 3 of 7 comparisons for three builds, then 7 of 7; the point chosen then is
+    where the earlier builds measured, so the new series compares with them."""
+    first = stream.build({S2048}, rarely=True)
+    (row,) = first["history"]
+    assert walked_to(first) == S2048 and (row["bits"], row["series"]) == ("first", None)
+    assert pins_of(stream.svc) == []  # the control did not vary in half its comparisons
+    second = stream.build({S2048})
+    (pin,) = pins_of(stream.svc)
+    assert (pin["config"], pin["series"], pin["build_id"]) == (S2048, 1, second["id"])
+    (row,) = second["history"]
+    assert (row["config"], row["series"], row["bits"]) == (S2048, 1, "unchanged")
+    assert row["previous_build_id"] == first["id"] and not row["series_start"]
+
+
 def test_a_comparison_off_the_pin_is_refused_and_nothing_of_the_stage_is_stored(
     stream: Stream,
 ) -> None:
