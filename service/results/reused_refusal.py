@@ -53,9 +53,14 @@ def _merged(own: StageResult, cpu: Job) -> StageResult:
         c.model_copy(update={"status": status, "detail": reason}) if c.name == REUSED_CHECK else c
         for c in own.checks
     ]
-    ran = [c.name for c in own.checks if c.name != REUSED_CHECK]
+    # the rows that ran here, grouped by how each ended (one not covered here is no pass)
+    ended: dict[Status, list[str]] = {}
+    for c in own.checks:
+        if c.name != REUSED_CHECK:
+            ended.setdefault(c.status, []).append(c.name)
+    ran = "; ".join(f"{', '.join(names)} ({st})" for st, names in ended.items())
     worst = min((own.status, status), key=WORST_FIRST.index)
-    text = f"ran here: {', '.join(ran) or 'no row'} ({own.status}); the consumer's rows {reason}"
+    text = f"ran here: {ran or f'no row ({own.status})'}; the consumer's rows {reason}"
     return own.model_copy(update={"status": worst, "reason": text, "checks": checks})
 
 
