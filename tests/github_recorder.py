@@ -8,9 +8,10 @@ and answers as GitHub documents: ``POST /repos/{o}/{r}/statuses/{sha}`` 201;
 
 A call is recorded when it is answered (the order GitHub applies them in). For the faults a
 sender must ride out: ``status_codes`` answers the next commit-status posts with those codes in
-turn (then 201), ``down`` answers every one 500, and ``hold`` keeps a status post that matches it
-unanswered (``arrived`` has it) until another state of its context arrives, ``release()``, or
-``hold_s`` passes; one call is held, then ``hold`` is cleared.
+turn (then 201), an entry ``(code, headers)`` with those headers too (GitHub's rate limit);
+``down`` answers every one 500, and ``hold`` keeps a status post that matches it unanswered
+(``arrived`` has it) until another state of its context arrives, ``release()``, or ``hold_s``
+passes; one call is held, then ``hold`` is cleared.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class GitHubRecorder:
         ids = itertools.count(1001)
         changed = threading.Condition()
         recorder = self
-        self.status_codes: list[int] = []
+        self.status_codes: list[int | tuple[int, dict[str, str]]] = []
         self.down = False
         self.hold: Callable[[Call], bool] | None = None
         self.hold_s = 5.0
@@ -67,7 +68,7 @@ class GitHubRecorder:
             with changed:
                 changed.wait_for(newer, timeout=recorder.hold_s)
 
-        def status_code(call: Call) -> int:
+        def status_code(call: Call) -> tuple[int, dict[str, str]]:
             hold = recorder.hold
             if hold is not None and hold(call) and recorder.holding.acquire(blocking=False):
                 recorder.hold = None  # one call is held
@@ -76,8 +77,9 @@ class GitHubRecorder:
                 finally:
                     recorder.holding.release()
             if recorder.status_codes:
-                return recorder.status_codes.pop(0)
-            return 500 if recorder.down else 201
+                answer = recorder.status_codes.pop(0)
+                return answer if isinstance(answer, tuple) else (answer, {})
+            return (500 if recorder.down else 201), {}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self, method: str) -> None:
@@ -87,9 +89,9 @@ class GitHubRecorder:
                 with changed:
                     arrived.append(call)
                     changed.notify_all()
-                code, out = 201, {}
+                code, out, extra = 201, {}, {}
                 if "/statuses/" in self.path:
-                    code = status_code(call)
+                    code, extra = status_code(call)
                 elif self.path.endswith("/access_tokens"):
                     out = {"token": INSTALLATION_TOKEN, "expires_at": "2099-01-01T00:00:00Z"}
                 elif method == "GET" and "/check-runs" in self.path:
@@ -108,6 +110,8 @@ class GitHubRecorder:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Engine
@@ -32,6 +34,30 @@ _REMEMBERED = 50_000  # check-run ids remembered (an older one is found again by
 # GitHub takes at most 50 annotations per request; they must name a file of the repository.
 MAX_ANNOTATIONS = 50
 ANNOTATION_PATH = "python/cudnn/__init__.py"
+
+
+def rate_limit_wait(code: int, headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds GitHub asks to wait when ``code`` is its answer to a token over a rate limit: a 403
+    or 429 with ``Retry-After`` (its secondary limits) or with ``x-ratelimit-remaining: 0`` (until
+    ``x-ratelimit-reset``, epoch seconds; a minute where that is missing). None for any other
+    answer, a 403 of missing permissions included (that one is given up)."""
+    if code not in (403, 429):
+        return None
+    retry_after = (headers.get("retry-after") or "").strip()
+    if retry_after.isdigit():
+        return float(retry_after)
+    if (headers.get("x-ratelimit-remaining") or "").strip() == "0":
+        reset = (headers.get("x-ratelimit-reset") or "").strip()
+        return max(float(reset) - now, 1.0) if reset.isdigit() else 60.0
+    return None
+
+
+def _limited(resp: Any) -> int:
+    """``resp``'s status, or ``Retry`` with GitHub's wait where it is over a rate limit."""
+    wait = rate_limit_wait(resp.status_code, resp.headers, time.time())
+    if wait is not None:
+        raise status_outbox.Retry(f"HTTP {resp.status_code}: rate limited", wait_s=wait)
+    return int(resp.status_code)
 
 
 def owner_repo(url: str) -> tuple[str, str] | None:
@@ -108,7 +134,7 @@ class StatusReporter:
                 status.conclusion or status.phase if self.app else status.state,
                 code,
             )
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
+        except (httpx.HTTPError, ValueError, KeyError, status_outbox.Retry) as exc:
             log.warning(
                 "event=commit_status_failed build=%s context=%s error=%r",
                 status.build_id,
@@ -129,7 +155,7 @@ class StatusReporter:
         resp = httpx.post(
             f"{repo}/statuses/{status.commit}", json=body, headers=headers, timeout=15
         )
-        return resp.status_code
+        return _limited(resp)
 
     def _check_run(self, repo: str, status: CommitStatus) -> int:
         import httpx
@@ -158,7 +184,7 @@ class StatusReporter:
             resp = httpx.patch(
                 f"{repo}/check-runs/{run_id}", json=body, headers=headers, timeout=15
             )
-            return resp.status_code
+            return _limited(resp)
         create = {
             "name": status.context,
             "head_sha": status.commit,
@@ -168,7 +194,7 @@ class StatusReporter:
         resp = httpx.post(f"{repo}/check-runs", json=create, headers=headers, timeout=15)
         if resp.status_code == 201:
             self._remember(key, int(resp.json()["id"]))
-        return resp.status_code
+        return _limited(resp)
 
     def _remember(self, key: tuple[int, str], run_id: int) -> None:
         self.check_runs[key] = run_id
@@ -187,6 +213,7 @@ class StatusReporter:
             timeout=15,
         )
         if resp.status_code != 200:
+            _limited(resp)  # over the rate limit: retried later, never a second run beside it
             return None
         ours = f"{status.build_id}:{status.context}"
         for run in resp.json().get("check_runs") or []:

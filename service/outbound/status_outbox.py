@@ -13,8 +13,9 @@ build's ``fe-ci`` goes after its jobs'), and drops the older pending ones unsent
 by one process at a time (a session-level advisory lock of the context on PostgreSQL, which the
 server frees with its connection however the process dies; on SQLite there is one process, and its
 one thread), so a state is never posted after a newer one. A network error, a 5xx or a 429 leaves
-the state pending for a jittered, doubling wait (a newer state of the context goes at once);
-another answer gives it up. A sent row is kept as the context's newest state told; the older rows
+the state pending for a jittered, doubling wait (a newer state of the context goes at once); a
+403 or 429 of GitHub's rate limit for the wait it names (``github.rate_limit_wait``); another
+answer gives it up. A sent row is kept as the context's newest state told; the older rows
 of the context go when it is sent, and rows done for ``KEEP_H`` are pruned. The replica holding the
 periodic lock drains the outbox each sweep, and every process once at its start, so a state
 committed by a process that died before its post is still sent (at least once).
@@ -50,6 +51,7 @@ PENDING, SENT, FAILED = "pending", "sent", "failed"
 _SENDING, _NUMBERING = 0x6665_5354, 0x6665_5351
 BACKOFF_S = 0.5  # the first wait after a failed post; it doubles, jittered, up to MAX_WAIT_S
 MAX_WAIT_S = 600.0
+MAX_RATE_WAIT_S = 3600.0  # GitHub's rate limit resets within the hour; a header asking more is not
 GIVE_UP_H = 24.0  # a state not delivered for this long is given up
 KEEP_H = 24.0 * 7  # sent and given-up rows are kept this long (the newest told, for repeats)
 BUSY_RETRY_S = 1.0  # another process held a context: look again after this
@@ -119,7 +121,12 @@ def enqueue(session: Session, statuses: list[CommitStatus]) -> int:
 
 
 class Retry(Exception):
-    """Worth trying again: the network, a 5xx, a 429."""
+    """Worth trying again: the network, a 5xx, a 429, GitHub's rate limit. ``wait_s``: how long
+    GitHub asked to wait (its rate limit's reset or ``Retry-After``), else the doubling wait."""
+
+    def __init__(self, reason: str, wait_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.wait_s = wait_s
 
 
 Post = Callable[[CommitStatus], int]  # the HTTP status GitHub answered; raises on the network
@@ -245,7 +252,7 @@ class Sender:
         try:
             code = self._post_once(status)
         except Retry as exc:
-            self._later(row_id, str(exc))
+            self._later(row_id, str(exc), exc.wait_s)
             return False
         log.info(
             "event=commit_status build=%s context=%s seq=%s state=%s http=%s",
@@ -296,7 +303,7 @@ class Sender:
             session.commit()
         log.warning("event=commit_status_given_up id=%s error=%s", row_id, error[:200])
 
-    def _later(self, row_id: int, error: str) -> None:
+    def _later(self, row_id: int, error: str, asked_s: float | None = None) -> None:
         now = utcnow()
         with self.sessions() as session:
             row = session.get(OutboxStatus, row_id)
@@ -307,6 +314,9 @@ class Sender:
             if now - row.created_at > timedelta(hours=GIVE_UP_H):
                 row.state = FAILED
                 wait = None
+            elif asked_s is not None:  # as GitHub asked, bounded, a little after (jittered)
+                wait = min(max(asked_s, BACKOFF_S), MAX_RATE_WAIT_S) * random.uniform(1.0, 1.1)
+                row.next_attempt_at = now + timedelta(seconds=wait)
             else:
                 wait = min(BACKOFF_S * 2 ** min(row.attempts - 1, 20), MAX_WAIT_S)
                 wait *= random.uniform(0.5, 1.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,54 @@ def test_a_status_answered_500_is_retried_and_delivered_once(
     assert posts[1].body == failed.body  # the same state, once more
     ((_, state, attempts, _),) = _rows(db)[context]
     assert (state, attempts) == ("sent", 2)
+
+
+def test_a_status_over_githubs_rate_limit_waits_for_its_reset_then_is_delivered(
+    make_service: StartService, github: GitHubRecorder
+) -> None:
+    """GitHub answers a token over its rate limit 403 with ``x-ratelimit-remaining: 0`` and the
+    reset time: the state waits until then (not given up as a 403 of permissions is), then goes."""
+    reset = int(time.time()) + 3
+    limited = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset)}
+    github.status_codes = [(403, limited)]
+    svc = make_service(**_env(github))
+    send(svc, push())
+    first = github.wait_until(lambda calls: bool(_statuses(calls)))
+    refused = next(c for c in first if "/statuses/" in c.path)
+    assert refused.code == 403
+    context = refused.body["context"]
+    db = _sqlite(svc)
+
+    def waiting() -> list[Any]:
+        return db(f"SELECT state, last_error FROM status_outbox WHERE context = '{context}'")
+
+    eventually(waiting, until=lambda rows: rows and rows[0][1], message="the refusal noted")
+    assert waiting()[0] == ("pending", "HTTP 403: rate limited")
+    github.wait_until(
+        lambda calls: any(c.code == 201 for c in _statuses(calls).get(context, [])), timeout=30
+    )
+    assert time.time() >= reset - 0.5  # not before GitHub said
+    posts = _statuses(github.calls)[context]
+    assert [c.code for c in posts] == [403, 201] and posts[1].body == refused.body
+
+
+def test_a_403_that_is_no_rate_limit_is_given_up(
+    make_service: StartService, github: GitHubRecorder
+) -> None:
+    """A token without the permission to post statuses: GitHub answers 403 with no rate-limit
+    header, and waiting would not change it."""
+    github.status_codes = [403]
+    svc = make_service(**_env(github))
+    send(svc, push())
+    first = github.wait_until(lambda calls: bool(_statuses(calls)))
+    context = next(c for c in first if "/statuses/" in c.path).body["context"]
+    db = _sqlite(svc)
+    rows = eventually(
+        lambda: db(f"SELECT state, last_error FROM status_outbox WHERE context = '{context}'"),
+        until=lambda rows: rows and rows[0][0] != "pending",
+        message="the state given up",
+    )
+    assert rows[0] == ("failed", "HTTP 403")
 
 
 def test_a_state_committed_before_a_crash_is_posted_after_the_restart(
