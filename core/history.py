@@ -27,6 +27,9 @@ DEFAULT_COST_FACTOR = 1.25
 COST_WINDOW = 10  # the genuine builds of a series whose cost ratios make the band
 BAND_SIGMAS = 3.0  # the band reaches this many robust standard deviations above the median
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+# the fewest builds whose MAD is robust: with two, one build is half the sample and its
+# excursion alone sets the spread (a noisy subject's slow first build would open the band)
+SPREAD_MIN_BUILDS = 3
 ROBUST_SHARE = 0.5  # a comparison point is chosen where the control varied in this share or more
 SAMPLE_LIMIT = 128  # runner/inside/bits.py's SAMPLE_SIZE; a report may carry at most 4x that
 MAX_OUTPUTS = 16
@@ -125,8 +128,9 @@ class CostBand:
 
     ``limit`` = max(``factor`` x median, median + ``BAND_SIGMAS`` x 1.4826 x MAD): a build above
     it is flagged. The median and the median absolute deviation are robust: one slow genuine
-    build neither moves the band much nor hides a slower one. With one build in the series the
-    band is the floor alone (``factor`` x that build's ratio).
+    build neither moves the band much nor hides a slower one. With fewer than
+    ``SPREAD_MIN_BUILDS`` builds the MAD is not (one of two builds sets it alone), and the band
+    is the floor alone (``factor`` x the median).
     """
 
     builds: int
@@ -137,12 +141,18 @@ class CostBand:
 
     def describe(self) -> str:
         spread = BAND_SIGMAS * MAD_TO_SIGMA * self.mad
-        return (
+        seen = (
             f"the last {self.builds} genuine build{'s' if self.builds != 1 else ''} at this "
             f"comparison point took a median {self.median:.2f}x (MAD {self.mad:.3f}); limit "
-            f"{self.limit:.2f}x = the larger of {self.factor:g}x the median "
-            f"({self.factor * self.median:.2f}x) and the median + {BAND_SIGMAS:g} x 1.4826 MAD "
-            f"({self.median + spread:.2f}x)"
+            f"{self.limit:.2f}x = "
+        )
+        if self.builds < SPREAD_MIN_BUILDS:
+            return seen + (
+                f"{self.factor:g}x the median (the spread counts from {SPREAD_MIN_BUILDS} builds)"
+            )
+        return seen + (
+            f"the larger of {self.factor:g}x the median ({self.factor * self.median:.2f}x) and "
+            f"the median + {BAND_SIGMAS:g} x 1.4826 MAD ({self.median + spread:.2f}x)"
         )
 
 
@@ -153,7 +163,8 @@ def cost_band(series: Sequence[float], factor: float = DEFAULT_COST_FACTOR) -> C
         return None
     median = statistics.median(window)
     mad = statistics.median(abs(r - median) for r in window)
-    limit = max(factor * median, median + BAND_SIGMAS * MAD_TO_SIGMA * mad)
+    spread = BAND_SIGMAS * MAD_TO_SIGMA * mad if len(window) >= SPREAD_MIN_BUILDS else 0.0
+    limit = max(factor * median, median + spread)
     return CostBand(builds=len(window), median=median, mad=mad, limit=limit, factor=factor)
 
 

@@ -102,6 +102,20 @@ def test_the_band_is_the_median_and_mad_of_the_newest_genuine_builds() -> None:
     assert history.cost_band([]) is None
 
 
+def test_two_builds_make_no_spread() -> None:
+    """The MAD of two builds is half their distance: ``indexer_top_k`` on the H200 measured
+    0.89x then 1.06x, whose spread alone would put the limit at 1.35x, past 1.5x the faster
+    build (1.335x). Below three builds the floor decides; from three, the spread counts."""
+    two = history.cost_band([0.89, 1.058])
+    assert two is not None and two.builds == 2
+    assert two.limit == pytest.approx(1.25 * statistics.median([0.89, 1.058]))
+    assert "the spread counts from 3 builds" in two.describe()
+    assert flagged([0.89, 1.058], SLOWER * 0.89)
+    three = history.cost_band([0.6, 1.0, 1.4])
+    assert three is not None and three.limit == pytest.approx(1.0 + 3 * 1.4826 * 0.4)
+    assert "1.4826 MAD" in three.describe()
+
+
 def test_the_finding_says_the_numbers() -> None:
     current = {"config_name": "b4", "comparable": {"gpu": "NVIDIA H200"}, "digests": {"dq": "a"}}
     current["cost"] = {"ratio": 1.62}
