@@ -2,9 +2,10 @@
 
     python bench/gpu_builds.py --wheel W [--wheel W ...] --out DIR [--port 8089] [--state DIR]
 
-Starts a real ``fe-ci serve`` (SQLite in a temp dir, ``FE_CI_GPU_ARCHS`` = this GPU's family) and
-one real ``fe-ci runner`` on this host (``FE_CI_WHEELHOUSE`` from the environment, as on an offline
-GPU host), submits each wheel with ``POST /validate`` in the order given, waits for each build to
+Starts a real ``fe-ci serve`` (SQLite in a temp dir, ``FE_CI_GPU_ARCHS`` = this GPU's family), a
+real ``fe-ci runner`` on this host and a CPU runner beside it (``--one-runner``: none), as the
+compose file deploys a GPU host (``FE_CI_WHEELHOUSE`` from the environment, as on an offline GPU
+host), submits each wheel with ``POST /validate`` in the order given, waits for each build to
 finish before the next, and writes for each build its report (``build-N.json``, as
 ``GET /api/builds/N`` answers it) and one summary (``summary.json`` and ``summary.txt``): wall
 time from submission to the finished report, each job's stage durations, and for the determinism
@@ -236,13 +237,21 @@ def text(summary: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def stack(
-    state: Path, logs: Path, port: int, family: str, **runner_env: str
+    state: Path,
+    logs: Path,
+    port: int,
+    family: str,
+    cpu_runner: bool = True,
+    **runner_env: str,
 ) -> Iterator[httpx.Client]:
-    """A real ``fe-ci serve`` (its data under ``state/data``) and one ``fe-ci runner`` (its caches
-    under ``state/runner-cache``), logs appended in ``logs``; a client of the service while they
-    run; both stopped (SIGTERM, then SIGKILL after 30 s) however the block ends."""
+    """A real ``fe-ci serve`` (its data under ``state/data``), one ``fe-ci runner`` (its caches
+    under ``state/runner-cache``) and, with ``cpu_runner``, a second one beside it that offers no
+    GPU (``arch=none``, the GPU hidden; caches under ``state/cpu-runner-cache``), as the compose
+    file's builder is on a GPU host: a build's CPU job runs while its GPU job does. Logs appended
+    in ``logs``; a client of the service while they run; all stopped (SIGTERM, then SIGKILL
+    after 30 s) however the block ends."""
     url = f"http://127.0.0.1:{port}"
-    svc_log, runner_log = logs / "service.log", logs / "runner.log"
+    svc_log = logs / "service.log"
     service = start(
         ["serve", "--port", str(port)],
         _env(
@@ -255,25 +264,40 @@ def stack(
         ),
         svc_log,
     )
-    runner = None
+    runners: list[subprocess.Popen[bytes]] = []
     try:
         wait_up(url, service, svc_log)
-        runner = start(
-            ["runner"],
-            _env(
-                FE_CI_URL=url,
-                FE_CI_RUNNER_TOKEN=REGISTER,
-                FE_CI_RUNNER_NAME="bench-gpu",
-                FE_CI_CACHE_DIR=str(state / "runner-cache"),
-                **runner_env,
-            ),
-            runner_log,
+        own = {"FE_CI_URL": url, "FE_CI_RUNNER_TOKEN": REGISTER, **runner_env}
+        runners.append(
+            start(
+                ["runner"],
+                _env(
+                    FE_CI_RUNNER_NAME="bench-gpu",
+                    FE_CI_CACHE_DIR=str(state / "runner-cache"),
+                    **own,
+                ),
+                logs / "runner.log",
+            )
         )
+        if cpu_runner:
+            runners.append(
+                start(
+                    ["runner"],
+                    _env(
+                        FE_CI_RUNNER_NAME="bench-cpu",
+                        FE_CI_RUNNER_LABELS="arch=none",
+                        CUDA_VISIBLE_DEVICES="",
+                        FE_CI_CACHE_DIR=str(state / "cpu-runner-cache"),
+                        **own,
+                    ),
+                    logs / "cpu-runner.log",
+                )
+            )
         with loopback.client(base_url=url, timeout=120) as http:
             yield http
     finally:
-        for proc in (runner, service):
-            if proc is not None and proc.poll() is None:
+        for proc in (*runners, service):
+            if proc.poll() is None:
                 proc.terminate()
                 try:
                     proc.wait(timeout=30)
@@ -294,6 +318,11 @@ def main() -> None:
         "--family", help="GPU families to cover (default: this GPU's); '' for a CPU job alone"
     )
     parser.add_argument(
+        "--one-runner",
+        action="store_true",
+        help="no CPU runner beside the GPU one: a build's CPU job waits for its GPU job",
+    )
+    parser.add_argument(
         "--state",
         type=Path,
         help="the service's data and the runner's caches here, kept (e.g. a stream's --state, "
@@ -310,7 +339,9 @@ def main() -> None:
             work.mkdir(parents=True, exist_ok=True)
             runner_env = {"FE_CI_RUNNER_REPLACE": "1"}  # an earlier call's runner had the name
         family = gpu_family() if args.family is None else args.family
-        with stack(work, args.out, args.port, family, **runner_env) as http:
+        with stack(
+            work, args.out, args.port, family, cpu_runner=not args.one_runner, **runner_env
+        ) as http:
             summaries = []
             for wheel in args.wheel:
                 doc, wall = run_build(http, wheel, args.timeout_s)

@@ -93,7 +93,14 @@ def run_calls(args: argparse.Namespace) -> dict[str, Any]:
     args.state.mkdir(parents=True, exist_ok=True)
     doc = load_state(args.state, args.plan, args.wheel)
     # the previous call's runner is gone: its name is taken over
-    with stack(args.state, args.state, args.port, gpu_family(), FE_CI_RUNNER_REPLACE="1") as http:
+    with stack(
+        args.state,
+        args.state,
+        args.port,
+        gpu_family(),
+        cpu_runner=not args.one_runner,
+        FE_CI_RUNNER_REPLACE="1",
+    ) as http:
         added = 0
         while True:
             if doc["pending"] is None:
@@ -138,6 +145,11 @@ def main() -> None:
     parser.add_argument("--plan", default=DEFAULT_PLAN)
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--port", type=int, default=8089)
+    parser.add_argument(
+        "--one-runner",
+        action="store_true",
+        help="no CPU runner beside the GPU one (the streams before 2026-12-06 had none)",
+    )
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     parser.add_argument("--summarise", type=Path, help="only summarise an earlier stream's JSON")
     args = parser.parse_args()

@@ -1,6 +1,7 @@
 """An sm_90 GPU job's stages and wall time with and without its refusal stage, on CPU.
 
-    .venv/bin/python bench/refusal_reuse.py [--version 1.32.0] [--builds 3] [--json OUT]
+    .venv/bin/python bench/refusal_reuse.py [--version 1.32.0] [--builds 3] [--cpu-runner]
+        [--json OUT]
 
 A real ``fe-ci serve`` on 127.0.0.1 (``FE_CI_GPU_ARCHS=sm_90``) and one real ``fe-ci runner``
 labelled ``arch=sm_90`` (no GPU here: the determinism stage finds none and says so, as on any
@@ -9,6 +10,10 @@ build is the registry wheel; the runner takes the CPU job, then the sm_90 job. T
 warms the runner's layer and is not counted. Per counted build: the GPU job's stage list, each
 stage's seconds, the job's wall (claim to finish, from the service's database) and the build's
 (submission to finished report, from this client's clock).
+
+``--cpu-runner`` starts a second runner beside it, labelled ``arch=none`` (a CPU runner on a GPU
+host, as the compose file's builder is): it takes the CPU job while the first runs the sm_90 job,
+and the build's wall is the longer job's instead of their sum.
 
 Run it from a checkout to measure that checkout (``PYTHONPATH`` and the processes follow this
 file's directory), e.g. the commit before the reuse in a ``git worktree`` for the "before".
@@ -54,8 +59,17 @@ def _build(svc: Service, wheel: Path, timeout_s: float) -> dict[str, Any]:
             "SELECT started_at, finished_at FROM jobs WHERE id = ?", (gpu["id"],)
         ).fetchone()
     job_wall = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+    with svc.db() as conn:
+        took = dict(
+            conn.execute(
+                "SELECT jobs.kind, runners.name FROM jobs JOIN runners ON runners.id = "
+                "jobs.runner_id WHERE jobs.build_id = ?",
+                (build_id,),
+            ).fetchall()
+        )
     return {
         "build": build_id,
+        "runner_of": took,
         "verdict": doc["verdict"],
         "build_wall_s": round(wall, 2),
         "gpu_job_wall_s": round(job_wall, 2),
@@ -72,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--version", default="1.32.0")
     ap.add_argument("--builds", type=int, default=3)
+    ap.add_argument("--cpu-runner", action="store_true", help="a CPU runner beside the sm_90 one")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     wheel = registry_wheel(args.version)
@@ -85,12 +100,25 @@ def main() -> None:
             FE_CI_CLAIM_WAIT_S="1",
             FE_CI_POLL_INTERVAL_S="0.2",
         )
+        runners = [runner]
+        if args.cpu_runner:
+            runners.append(
+                svc.start_runner(
+                    Path(tmp) / "cpu-runner.log",
+                    FE_CI_RUNNER_NAME="cpu-beside",
+                    FE_CI_RUNNER_LABELS="arch=none",
+                    FE_CI_CLAIM_WAIT_S="1",
+                    FE_CI_POLL_INTERVAL_S="0.2",
+                )
+            )
         try:
-            _build(svc, wheel, 900)  # warms the layer
+            for _ in runners:  # warms each runner's layer (each takes a job of the build)
+                _build(svc, wheel, 900)
             runs = [_build(svc, wheel, 600) for _ in range(args.builds)]
         finally:
-            runner.terminate()
-            runner.wait(60)
+            for proc in runners:
+                proc.terminate()
+                proc.wait(60)
             svc.stop()
     for r in runs:
         print(json.dumps(r))

@@ -36,7 +36,10 @@ PIPELINE = (
 )
 _URL = ("url", "the service, default http://127.0.0.1:8080")
 _DATA = ("data_dir", "a local service's data directory, default ./data, whose tokens.env is read")
-_LABELS = ("runner_labels", "the host's labels, e.g. arch=sm_90: the GPU family is detected")
+_LABELS = (
+    "runner_labels",
+    "the host's labels, e.g. arch=sm_90: the GPU family is detected (arch=none: offer no GPU)",
+)
 _SECRETS = ("runner_token submit_token data_dir", "kept out of the logs")
 # command -> the variables said with a word each, then the other settings it reads
 _TOKEN = "token; beside a local service read from DATA_DIR/tokens.env"

@@ -40,11 +40,21 @@ def detect_gpu() -> dict[str, str]:
     return labels
 
 
+NO_GPU = "none"  # ``arch=none``: a CPU runner on a GPU host
+GPU_LABELS = ("arch", "gpu", "cc", "driver")
+
+
 def host_labels(override: dict[str, str] | None) -> dict[str, str]:
     """``FE_CI_RUNNER_LABELS`` overrides detection key by key. A runner installs any cuDNN
     backend a job asks for (``runner/envs/backend.py``), so it offers ``cudnn=*``; a label of
-    its own (``cudnn=9.28.1|9.26.0``, or ``cudnn=host`` for none) narrows that."""
-    labels = {cells.CUDNN: cells.ANY_VALUE, **detect_gpu()}
-    if override:
-        labels.update(override)
+    its own (``cudnn=9.28.1|9.26.0``, or ``cudnn=host`` for none) narrows that. ``arch=none``
+    offers no GPU on a host that has one: a CPU runner beside the GPU runner, so that a build's
+    CPU job runs while its GPU job does instead of after it."""
+    override = dict(override or {})
+    no_gpu = override.get("arch", "").strip().lower() == NO_GPU
+    labels = {cells.CUDNN: cells.ANY_VALUE, **({} if no_gpu else detect_gpu())}
+    labels.update(override)
+    if no_gpu:
+        for key in GPU_LABELS:
+            labels.pop(key, None)
     return labels
