@@ -79,6 +79,12 @@ def _build(svc: Service, wheel: Path, timeout_s: float) -> dict[str, Any]:
         ),
         "refusal_rows_by_job": sorted({r["job_id"] for r in doc["refusal"]}),
         "refusal_rows": len(doc["refusal"]),
+        "errors": [
+            f"{j['kind']} {s['name']}: {s['reason']}"
+            for j in doc["jobs"]
+            for s in j["stages"]
+            if s["status"] == "error"
+        ],
     }
 
 

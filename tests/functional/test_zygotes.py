@@ -163,6 +163,54 @@ def test_hang_crash_and_exit_status_and_the_zygote_serves_on(
     assert z.alive() and pool.get(layer) is z
 
 
+def test_runners_sharing_a_cache_directory_keep_their_zygotes_apart(
+    layer: layers.Layer, tmp_path: Path
+) -> None:
+    """A CPU runner beside the GPU runner, both with one ``FE_CI_CACHE_DIR``: the second starts
+    the zygote of the same layer (the same key) while the first's serves, and neither removes
+    the other's. Before, the second removed the first's folder and the first's next stage
+    failed (``FileNotFoundError`` making its room): the probe of a GPU job errored. Pools of
+    their own whose zygotes preload nothing: what they imported has no part in where they live."""
+    shared = tmp_path / "cache" / "zygotes"
+    pools = [zygotes.Zygotes(shared, preload=()) for _ in range(2)]
+    try:
+        first = pools[0].get(layer)
+        second = pools[1].get(layer)
+        assert first is not None and second is not None and second.key == first.key
+        for z in (first, second):
+            out = _run(z, tmp_path, f"shared{z.proc.pid}", "print('served')\n")
+            assert out is not None and out.ok and "served" in out.log_tail, out
+        pools[1].close()
+        assert first.alive() and first.root.is_dir() and not second.root.exists()
+    finally:
+        for pool in pools:
+            pool.close()
+
+
+def test_the_zygote_folders_of_runners_gone_are_removed_and_a_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    """A runner killed leaves its folder (its lock free once it is gone); the layout before
+    kept a zygote's key directly under the root. The next runner removes both, never a folder
+    whose lock a live runner holds."""
+    import fcntl
+
+    root = tmp_path / "zygotes"
+    gone, live, legacy = root / "41-00aa11bb", root / "42-22cc33dd", root / "0123456789abcdef"
+    for folder in (gone, live, legacy):
+        (folder / "rooms").mkdir(parents=True)
+    (gone / zygotes.LOCK).touch()
+    with (live / zygotes.LOCK).open("wb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        pool = zygotes.Zygotes(root, preload=())
+        try:
+            assert sorted(p.name for p in root.iterdir()) == sorted([live.name, pool.root.name])
+            assert (live / "rooms").is_dir()
+        finally:
+            pool.close()
+    assert [p.name for p in root.iterdir()] == [live.name]
+
+
 def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
     layer: layers.Layer, tmp_path: Path
 ) -> None:
