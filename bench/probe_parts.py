@@ -1,13 +1,17 @@
 """Where the probe's seconds go, inside the candidate's interpreter: torch, each subject's entry
 points, the feature ledger, the surface read from the source, the environment block.
 
-    .venv/bin/python bench/probe_parts.py [--version 1.32.0 | --python PY] [--rounds 3] [--json OUT]
+    .venv/bin/python bench/probe_parts.py [--version 1.32.0 | --python PY] [--rounds 3]
+        [--preload MODULES] [--json OUT]
 
 Each round is a fresh interpreter of the candidate's environment (the registry's release, as the
 test suite builds it, or ``--python``: an interpreter that has the frontend, e.g. on a GPU host)
 running ``runner.inside.probe``'s parts one after another, as ``probe()`` does, with the GPU hidden
 on a host that has one unless ``--gpu``. The probe stage adds the process, the sandbox and the
-documents around these parts. Prints the median of each part and writes the rounds with ``--json``.
+documents around these parts. ``--preload`` (comma-separated; default the runner's warm zygote's,
+``runner.isolation.zygotes.PRELOAD``; ``''`` for a fresh interpreter) is imported first, untimed,
+as a stage forked from the zygote finds it. Prints the median of each part and writes the rounds
+with ``--json``.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runner.isolation.zygotes import PRELOAD  # noqa: E402
+
 PARTS = r"""
-import json, time
+import importlib, json, sys, time
+for name in filter(None, sys.argv[1].split(",")):
+    importlib.import_module(name)
 t = time.perf_counter
 out = {}
 a = t(); import torch; out["torch"] = t() - a
@@ -43,12 +51,16 @@ print(json.dumps(out))
 """
 
 
-def one_round(python: Path, gpu: bool) -> dict[str, float]:
+def one_round(python: Path, gpu: bool, preload: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
     if not gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run(
-        [str(python), "-c", PARTS], env=env, capture_output=True, text=True, timeout=600
+        [str(python), "-c", PARTS, preload],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         raise SystemExit(f"the probe's parts failed:\n{done.stderr[-4000:]}")
@@ -62,6 +74,7 @@ def main() -> None:
     ap.add_argument("--python", type=Path, help="an interpreter with the frontend installed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu", action="store_true", help="leave the GPU visible")
+    ap.add_argument("--preload", default=",".join(PRELOAD), help="imported first, untimed")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.python is not None:
@@ -70,7 +83,7 @@ def main() -> None:
         from testkit.registry import candidate_env
 
         python = candidate_env(args.version).python
-    rounds = [one_round(python, args.gpu) for _ in range(args.rounds)]
+    rounds = [one_round(python, args.gpu, args.preload) for _ in range(args.rounds)]
     for name in rounds[0]:
         values = [r[name] for r in rounds]
         spread = f"{min(values):.3f}-{max(values):.3f}"
@@ -78,7 +91,8 @@ def main() -> None:
     total = [sum(r.values()) for r in rounds]
     print(f"{'all parts':36s} {statistics.median(total):7.3f} s  (n={len(rounds)})")
     if args.json is not None:
-        args.json.write_text(json.dumps({"python": str(python), "rounds": rounds}, indent=1) + "\n")
+        doc = {"python": str(python), "preload": args.preload, "rounds": rounds}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ from runner.isolation import allowlist, jail, jobbox, limits, sandbox, stage_sou
 log = logging.getLogger("fe_ci.zygote")
 
 # What every CPU stage imports before it reaches the candidate: torch, and the CuTe DSL that the
-# frontend's Python wrappers are built on. Importing them is most of a probe's time.
-PRELOAD = ("torch", "cutlass", "cutlass.cute")
+# frontend's Python wrappers are built on. Importing them is most of a probe's time. And
+# torch._dynamo, the host torch's own, which 1.32.0's ``cudnn.ops.causal_conv1d`` imports (0.71 s
+# of that module's 0.73 s on a CPU host): the probe and the refusal rows import it every time.
+PRELOAD = ("torch", "cutlass", "cutlass.cute", "torch._dynamo")
 START_TIMEOUT_S = 180.0
 PID_TIMEOUT_S = 10.0
 LOCK = ".lock"
