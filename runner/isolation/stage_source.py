@@ -6,6 +6,7 @@ output files, read as untrusted input. Both a stage's process (``candidate.py``)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -29,6 +30,19 @@ CORE_FOR_CANDIDATE = (
     "ledger.json",
 )
 MAX_DOC_BYTES = 64 << 20  # a stage's document; far above any real one
+
+
+def digest() -> str:
+    """Of the source a stage runs (``inside`` and the core modules it is given): a warm parent
+    started from another is not the same parent."""
+    h = hashlib.sha256()
+    for path in sorted(INSIDE_SRC.rglob("*.py")):
+        h.update(path.relative_to(INSIDE_SRC).as_posix().encode())
+        h.update(path.read_bytes())
+    for name in CORE_FOR_CANDIDATE:
+        h.update(f"core/{name}".encode())
+        h.update((CORE_SRC / name).read_bytes())
+    return h.hexdigest()[:12]
 
 
 def private_source(work_dir: Path) -> Path:

@@ -23,13 +23,11 @@ and the caller starts the stage the ordinary way.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -40,11 +38,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from runner.envs import envs, host, layers
 from runner.inside.zygote import unix_address
 from runner.isolation import allowlist, jail, jobbox, limits, sandbox, stage_source, uids
+from runner.isolation.held_folders import hold_folder
 
 log = logging.getLogger("fe_ci.zygote")
 
@@ -55,19 +54,7 @@ log = logging.getLogger("fe_ci.zygote")
 PRELOAD = ("torch", "cutlass", "cutlass.cute", "torch._dynamo")
 START_TIMEOUT_S = 180.0
 PID_TIMEOUT_S = 10.0
-LOCK = ".lock"
-_LEGACY = re.compile(r"^[0-9a-f]{16}$")
-
-
-def _source_digest() -> str:
-    h = hashlib.sha256()
-    for path in sorted(stage_source.INSIDE_SRC.rglob("*.py")):
-        h.update(path.relative_to(stage_source.INSIDE_SRC).as_posix().encode())
-        h.update(path.read_bytes())
-    for name in stage_source.CORE_FOR_CANDIDATE:
-        h.update(f"core/{name}".encode())
-        h.update((stage_source.CORE_SRC / name).read_bytes())
-    return h.hexdigest()[:12]
+_LEGACY = re.compile(r"^[0-9a-f]{16}$")  # a zygote's key directly under the root, as before
 
 
 @dataclass
@@ -260,10 +247,8 @@ class Zygotes:
     Start them from a thread that lives as long as the runner (the agent's main thread): a
     zygote dies with the thread that started it.
 
-    Their folders are this process's own, ``<root>/<pid>-<random>/<key>``, held by an exclusive
-    lock on its ``.lock`` while it lives: runners sharing a cache directory (a CPU runner beside
-    the GPU runner on one host) never remove each other's zygote or its rooms, and a process's
-    folder whose lock is free (its runner is gone) is removed by the next one that starts.
+    Their folders are under one this process holds (``held_folders``): runners sharing a cache
+    directory never remove each other's zygote or its rooms.
     """
 
     def __init__(
@@ -275,7 +260,7 @@ class Zygotes:
         uid_range: uids.UidRange | None = None,
         hidden: tuple[Path, ...] = (),
     ) -> None:
-        self.root, self._held = _own_folder(root)
+        self.root, self._held = hold_folder(root, _LEGACY.match)
         self.limit = limit
         self.preload = preload
         self.uid_range = uid_range or uids.UidRange.default()
@@ -285,7 +270,7 @@ class Zygotes:
         self._lock = threading.Lock()
 
     def key(self, layer: layers.Layer | None) -> str:
-        blob = f"{layer and layer.spec.key}|{_source_digest()}|{sys.version}|{self.preload}"
+        blob = f"{layer and layer.spec.key}|{stage_source.digest()}|{sys.version}|{self.preload}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def get(self, layer: layers.Layer | None) -> Zygote | None:
@@ -404,35 +389,7 @@ class Zygotes:
             for zygote in self._live.values():
                 zygote.stop()
             self._live.clear()
-            if not self._held.closed:
-                shutil.rmtree(self.root, ignore_errors=True)
-                self._held.close()
-
-
-def _own_folder(root: Path) -> tuple[Path, IO[bytes]]:
-    """A folder of this process's under ``root``, locked while the returned file stays open, and
-    the folders of processes gone (their lock free) removed, as are those of the layout before
-    (a zygote's key directly under ``root``, which runners sharing ``root`` overwrote)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for old in root.iterdir():
-        if not old.is_dir():
-            continue
-        lock = old / LOCK
-        if not lock.exists():
-            if _LEGACY.match(old.name):
-                shutil.rmtree(old, ignore_errors=True)
-            continue
-        with contextlib.suppress(OSError), lock.open("rb") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live runner's
-            shutil.rmtree(old, ignore_errors=True)
-    own = root / f"{os.getpid()}-{secrets.token_hex(4)}"
-    own.mkdir()
-    held = (own / LOCK).open("wb")
-    fcntl.flock(held, fcntl.LOCK_EX)
-    return own, held
+            self._held.close()  # the folder is removed by the next pool to start on its root
 
 
 def _torch_dirs() -> tuple[Path, ...]:

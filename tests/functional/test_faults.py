@@ -20,7 +20,7 @@ def stage_processes(svc: Service) -> list[int]:
     """The processes of the stages of the runner started by ``start_runner``: in its job
     directories (its cache dir's jobs/), or, forked from a warm parent, in that parent's rooms."""
     cache = Path(svc.runner_env()["FE_CI_CACHE_DIR"])
-    rooms = sorted((cache / "zygotes").glob("*/rooms"))
+    rooms = sorted((cache / "zygotes").glob("*/*/rooms"))  # the runner's folder, a layer's
     return [pid for where in (cache / "jobs", *rooms) for pid in processes_in(where)]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from core.wire import Stage, Status
 from runner.envs import layers
-from runner.isolation import jail, zygotes
+from runner.isolation import held_folders, jail, zygotes
 from runner.pipeline import pipeline, pipeline_options
 from testkit import frontend_repo as fr
 from testkit import wheels
@@ -180,8 +180,12 @@ def test_runners_sharing_a_cache_directory_keep_their_zygotes_apart(
         for z in (first, second):
             out = _run(z, tmp_path, f"shared{z.proc.pid}", "print('served')\n")
             assert out is not None and out.ok and "served" in out.log_tail, out
-        pools[1].close()
+        pools[1].close()  # its runner stopped: the next to start removes what it left
+        later = zygotes.Zygotes(shared, preload=())
+        later.close()
         assert first.alive() and first.root.is_dir() and not second.root.exists()
+        out = _run(first, tmp_path, "still", "print('served')\n")
+        assert out is not None and out.ok, out
     finally:
         for pool in pools:
             pool.close()
@@ -199,16 +203,16 @@ def test_the_zygote_folders_of_runners_gone_are_removed_and_a_live_ones_kept(
     gone, live, legacy = root / "41-00aa11bb", root / "42-22cc33dd", root / "0123456789abcdef"
     for folder in (gone, live, legacy):
         (folder / "rooms").mkdir(parents=True)
-    (gone / zygotes.LOCK).touch()
-    with (live / zygotes.LOCK).open("wb") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    (gone / held_folders.LOCK).touch()
+    with (live / held_folders.LOCK).open("wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         pool = zygotes.Zygotes(root, preload=())
-        try:
-            assert sorted(p.name for p in root.iterdir()) == sorted([live.name, pool.root.name])
-            assert (live / "rooms").is_dir()
-        finally:
-            pool.close()
-    assert [p.name for p in root.iterdir()] == [live.name]
+        assert sorted(p.name for p in root.iterdir()) == sorted([live.name, pool.root.name])
+        assert (live / "rooms").is_dir()
+        pool.close()  # its runner stopped: its folder stays until the next pool starts
+        zygotes.Zygotes(root, preload=()).close()
+        names = {p.name for p in root.iterdir()}
+        assert live.name in names and pool.root.name not in names and len(names) == 2
 
 
 def test_a_dead_zygote_is_never_the_stages_result_and_is_replaced(
