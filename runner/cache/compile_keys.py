@@ -94,19 +94,23 @@ class TooLarge(Exception):
 
 
 def _hash_tree(
-    h: hashlib._Hash, base: Path, rel: str, budget: list[int], skip: tuple[str, ...] = ()
+    hashers: list[tuple[hashlib._Hash, tuple[str, ...]]], base: Path, rel: str, budget: list[int]
 ) -> None:
-    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content,
-    leaving out files whose names end with one of ``skip``."""
+    """Add ``base/rel`` (a file, or every file under a directory) by relative path and content
+    to each hasher, but not files whose names end with one of that hasher's skipped suffixes.
+    Each file is read once, whichever hashers take it."""
     path = base / rel
-    if rel.endswith(skip) and not path.is_dir():
+    is_dir = path.is_dir()
+    takers = [h for h, skip in hashers if is_dir or not (skip and rel.endswith(skip))]
+    if not takers:
         return
     if path.is_symlink():
-        h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
+        for h in takers:
+            h.update(f"L {rel} -> {os.readlink(path)}\0".encode())
         return
-    if path.is_dir():
+    if is_dir:
         for child in sorted(os.listdir(path)):  # __pycache__ too: Python runs what it finds there
-            _hash_tree(h, base, f"{rel}/{child}", budget, skip)
+            _hash_tree(hashers, base, f"{rel}/{child}", budget)
         return
     if not path.is_file():
         return
@@ -115,10 +119,11 @@ def _hash_tree(
     if budget[0] < 0 or budget[1] < 0:
         raise TooLarge(f"more than {MAX_SOURCE_FILES} files or {MAX_SOURCE_BYTES} bytes")
     data = path.read_bytes()
-    if rel.endswith(".py"):
-        data = _VERSION_LINE.sub(VERSION_LABEL, data)
-    h.update(f"F {rel} {len(data)}\0".encode())
-    h.update(data)
+    if rel.endswith(".py") and b"__version__" in data:  # the search alone, in every file, cost
+        data = _VERSION_LINE.sub(VERSION_LABEL, data)  # more than the hashing
+    for h in takers:
+        h.update(f"F {rel} {len(data)}\0".encode())
+        h.update(data)
 
 
 def _top_level(dist: md.Distribution) -> list[str]:
@@ -132,22 +137,29 @@ def _top_level(dist: md.Distribution) -> list[str]:
     return sorted(names)
 
 
-def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
-    """Every installed file of the distribution but its ``.dist-info`` (metadata, not code) and
-    those whose names end with one of ``skip``; of the ``.dist-info``, its entry points (torch
-    imports and calls the ``torch.backends`` group's at ``import torch``: they choose what runs).
+def source_digests(dist: md.Distribution, skips: list[tuple[str, ...]]) -> list[str]:
+    """For each of ``skips``: every installed file of the distribution but its ``.dist-info``
+    (metadata, not code) and those whose names end with one of those suffixes; of the
+    ``.dist-info``, its entry points (torch imports and calls the ``torch.backends`` group's at
+    ``import torch``: they choose what runs). One walk and one read of each file for all of them.
 
     Walked on disk rather than trusted from RECORD: a file the candidate installed is hashed
     whether RECORD lists it or not.
     """
     base = Path(str(dist.locate_file(""))).resolve()
-    h = hashlib.sha256()
+    hashers = [(hashlib.sha256(), skip) for skip in skips]
     budget = [MAX_SOURCE_FILES, MAX_SOURCE_BYTES]
     for top in _top_level(dist):
-        _hash_tree(h, base, top, budget, skip)
+        _hash_tree(hashers, base, top, budget)
     entry_points = (dist.read_text("entry_points.txt") or "")[:MAX_ENTRY_POINTS]
-    h.update(f"E {len(entry_points)}\0{entry_points}".encode())
-    return h.hexdigest()
+    for h, _ in hashers:
+        h.update(f"E {len(entry_points)}\0{entry_points}".encode())
+    return [h.hexdigest() for h, _ in hashers]
+
+
+def source_digest(dist: md.Distribution, skip: tuple[str, ...] = ()) -> str:
+    """``source_digests`` for one set of skipped suffixes."""
+    return source_digests(dist, [skip])[0]
 
 
 def _dist(name: str, dirs: list[Path]) -> md.Distribution | None:
@@ -174,8 +186,7 @@ def compute_keys(
     if candidate is None:
         return None
     try:
-        sources = source_digest(candidate)
-        kernels = source_digest(candidate, skip=NOT_KERNEL_SOURCES)
+        sources, kernels = source_digests(candidate, [(), NOT_KERNEL_SOURCES])
     except (OSError, TooLarge) as exc:
         log.warning("event=compile_cache_unkeyed reason=%s", exc)
         return None

@@ -3,6 +3,7 @@ and cannot do to it (runner/cache/compile_cache.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -131,6 +132,33 @@ def test_entry_points_count(site: Path) -> None:
     info = site / "nvidia_cudnn_frontend-1.32.0.dist-info"
     (info / "entry_points.txt").write_text("[torch.backends]\nx = cudnn.kernels:attention\n")
     assert _key(site) != first
+
+
+def test_both_digests_of_one_walk_are_the_documented_hashes(site: Path) -> None:
+    """The whole-candidate and kernel-source digests come from one walk that reads each file
+    once; each is still the sha256 of its files in path order (``F <rel> <len>\\0`` then the
+    bytes, the version line as a label) then its entry points, so a cache keyed before keeps
+    its entries. The native module counts in the first only."""
+    (site / "cudnn/_graph.so").write_bytes(b"\x7fELF native")
+    (dist,) = compile_keys.md.distributions(name=compile_keys.CANDIDATE_DIST, path=[str(site)])
+    files = {
+        "cudnn/README.md": b"docs\n",
+        "cudnn/__init__.py": b"__version__ = <label>\nfrom cudnn import kernels\n",
+        "cudnn/_graph.so": b"\x7fELF native",
+        "cudnn/kernels/attention.py": KERNEL.encode(),
+    }
+
+    def by_hand(skip: tuple[str, ...]) -> str:
+        h = hashlib.sha256()
+        for rel, data in sorted(files.items()):
+            if not rel.endswith(skip) or not skip:
+                h.update(f"F {rel} {len(data)}\0".encode() + data)
+        h.update(b"E 0\0")  # no entry points
+        return h.hexdigest()
+
+    whole, kernels = compile_keys.source_digests(dist, [(), compile_keys.NOT_KERNEL_SOURCES])
+    assert whole == compile_keys.source_digest(dist) == by_hand(())
+    assert kernels == by_hand(compile_keys.NOT_KERNEL_SOURCES) != whole
 
 
 @pytest.mark.slow  # the registry's 1.32.0 installed the runner's way (cached after the first run)
