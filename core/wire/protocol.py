@@ -118,6 +118,9 @@ class JobLease(WireModel):
     # the refusal stage's rows: "all", or "frontend": only the frontend's own refusal rows, the
     # consumer's rows being the CPU job's decisions, reused (service/jobs/refusal_reuse.py)
     refusal_scope: Literal["all", "frontend"] = "all"
+    # whether the probe reads the build's surface from its source: not where the build's CPU
+    # job reads it (the same wheel, read the same way; service/jobs/surface_reuse.py)
+    probe_surface: bool = True
     # the build's source is trusted (a commit of the configured repository, built by fe-ci's
     # own builder): the service decides; only then may its compiled kernels be shared by source
     trusted_source: bool = False

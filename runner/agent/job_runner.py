@@ -64,6 +64,7 @@ class JobRunner:
             trusted_source=lease.trusted_source,
             cudnn=lease.cudnn if lease.kind == "gpu" else None,
             refusal_scope=lease.refusal_scope,
+            probe_surface=lease.probe_surface,
         )
         pipe = pipeline.Pipeline(opts)
         poster = Poster(

@@ -36,6 +36,7 @@ from runner.inside.introspect import Absent, ImportFailed, describe, read_parame
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 MESSAGE_CHARS = 1000  # of an exception the candidate raised, in a finding or a reason
+SURFACE_ELSEWHERE = "the surface is not read here: the build's cpu job reads the same source"
 
 
 def _first_entry_point(paths: list[str]) -> tuple[str, Any]:
@@ -278,9 +279,13 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
             features[feature.id], why = detect_feature(feature)
             if why:
                 unread.append(why)
-    read, surface_findings, surface_unread = discovery.probe_surface(cudnn)
-    findings.extend(surface_findings)
-    unread.extend(surface_unread)
+    if params.get("surface", True):
+        read, surface_findings, surface_unread = discovery.probe_surface(cudnn)
+        findings.extend(surface_findings)
+        unread.extend(surface_unread)
+    else:  # the build's CPU job reads it: the same wheel's source
+        read = {"knobs": [], "files": 0, "unparsed": [], "truncated": "", "seconds": 0.0}
+        unread.append(f"surface: {SURFACE_ELSEWHERE}")
     env, env_unread = environment(cudnn)
     unread.extend(env_unread)
     present = sorted(name for name, cap in capabilities.items() if cap["present"])
@@ -295,6 +300,8 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
         findings[:0] = [finding] if finding else []
     elif cudnn is None:
         reason += f" ({unread_cudnn})"
+    if not params.get("surface", True):
+        reason += f"; {SURFACE_ELSEWHERE}"
     return {
         "status": status,
         "reason": reason,

@@ -191,7 +191,8 @@ class Pipeline:
         # an environment this runner made, or its own interpreter, must import the host's torch
         own = not self.opts.preinstalled or self.python == Path(sys.executable)
         expect_torch = own and host.host_torch() is not None
-        result = self.run_inside(Stage.probe, {"expect_torch": expect_torch})
+        params = {"expect_torch": expect_torch, "surface": self.opts.probe_surface}
+        result = self.run_inside(Stage.probe, params)
         if result.status in ERRORED:
             return result
         doc = self._extra.get(Stage.probe, {})
@@ -211,7 +212,7 @@ class Pipeline:
             result.findings += regression.regressions(
                 previous, result.capabilities, findings=result.findings
             )
-        if self.opts.previous_surface:
+        if self.opts.previous_surface and self.opts.probe_surface:
             now = [k.model_dump() for k in result.surface]
             changed = surface.changes(self.opts.previous_surface, now)
             result.findings += [Finding.model_validate(f) for f in changed]

@@ -50,6 +50,7 @@ class Options:
     # the refusal stage's rows: "all", or "frontend" (the frontend's own refusal rows only: a GPU
     # job whose consumer rows are the CPU job's decisions, reused; the lease says which)
     refusal_scope: str = "all"
+    probe_surface: bool = True  # False: the build's CPU job reads it (the lease says)
     previous: dict[str, Capability] | None = None
     # the previous report's determinism surface (--previous): knobs removed, changed, added
     previous_surface: list[dict[str, Any]] | None = None

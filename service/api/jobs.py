@@ -45,7 +45,7 @@ from service.deps import (
     open_session,
 )
 from service.errors import BadRequest, Conflict, Forbidden, NotFound, StaleLease, UnknownConfig
-from service.jobs import queue, refusal_reuse, transitions
+from service.jobs import queue, refusal_reuse, surface_reuse, transitions
 from service.models import Artifact, Job, Runner, utcnow
 from service.openapi import errors
 from service.results import (
@@ -101,6 +101,7 @@ def _lease(
         cell=job.cell,
         cudnn=cells.parse_requires(job.requires).get(cells.CUDNN),
         refusal_scope=refusal_reuse.scope(job, build.jobs),
+        probe_surface=surface_reuse.reads_surface(job, build.jobs),
     )
 
 

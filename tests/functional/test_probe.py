@@ -31,13 +31,21 @@ slow = pytest.mark.slow  # installs and probes real registry releases
 
 
 def run_probe(
-    python: Path, out_dir: Path, extra_path: Path | None = None, status: str = "pass"
+    python: Path,
+    out_dir: Path,
+    extra_path: Path | None = None,
+    status: str = "pass",
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     out = out_dir / f"probe-{len(list(out_dir.glob('probe-*')))}.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), str(ROOT)])
+    given: list[str] = []
+    if params is not None:
+        (out_dir / f"{out.stem}.in.json").write_text(json.dumps(params))
+        given = ["--in", str(out_dir / f"{out.stem}.in.json")]
     proc = subprocess.run(
-        [str(python), "-m", "runner.inside.probe", "--out", str(out)],
+        [str(python), "-m", "runner.inside.probe", *given, "--out", str(out)],
         env=env,
         cwd=out_dir,
         capture_output=True,
@@ -79,6 +87,23 @@ def kinds(findings: list[Any], subject: str | None = None) -> set[str]:
         for f in findings
         if subject is None or (f["subject"] if isinstance(f, dict) else f.subject) == subject
     }
+
+
+@slow
+def test_a_probe_whose_build_has_a_cpu_job_leaves_the_surface_to_it(
+    probes: dict, tmp_path: Path
+) -> None:
+    """A GPU job's lease says ``probe_surface: false`` where the build's CPU job reads the
+    surface: its probe finds the same entry points and capabilities, reads no source, and says
+    so; the CPU job's probe (the module's) read 1.32.0's knobs."""
+    read = probes["1.32.0"]
+    left = run_probe(candidate_env("1.32.0").python, tmp_path, params={"surface": False})
+    assert read["surface"] and read["surface_read"]["files"] > 1000
+    assert left["surface"] == [] and left["surface_read"]["files"] == 0
+    assert "the surface is not read here: the build's cpu job reads" in left["reason"]
+    assert left["capabilities"] == read["capabilities"] and left["features"] == read["features"]
+    assert "knob_not_covered" in kinds(read["findings"])  # 1.32.0 has knobs no subject runs
+    assert not kinds(left["findings"]) & {"knob_not_covered", "source_unparsable"}
 
 
 @slow
