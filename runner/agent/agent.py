@@ -35,7 +35,7 @@ from runner.agent.job_runner import JobRunner
 from runner.agent.poster import LeaseLost, post_stages
 from runner.agent.state import Identity, KeptResult, State
 from runner.config import RunnerSettings
-from runner.envs import host
+from runner.envs import host, layer_use
 from runner.isolation import zygotes
 
 log = logging.getLogger("fe_ci.agent")
@@ -287,7 +287,23 @@ class Agent:
     # ---------------------------------------------------------------- one job
 
     def run_job(self, lease: JobLease) -> None:
-        """Run the job (``job_runner.py``), keep its result on disk, then send it."""
+        """Run the job (``job_runner.py``), keep its result on disk, then send it; then the
+        dependency layers back within their bound."""
+        try:
+            self._run_job(lease)
+        finally:
+            self.bound_layers()
+
+    def bound_layers(self) -> list[str]:
+        """``layer_use.evict`` on this runner's layers, with its budget; the keys removed."""
+        s = self.settings
+        try:
+            return layer_use.evict(s.layers_path(), int(s.layers_max_gb * 1e9), s.layers_unused_s)
+        except OSError as exc:  # a full or read-only disk: the next job tries again
+            log.warning("event=layer_eviction_failed error=%s", exc)
+            return []
+
+    def _run_job(self, lease: JobLease) -> None:
         kept = self.jobs.run(lease)
         if kept is None:  # the lease was lost: nothing of the attempt is reported
             return

@@ -8,6 +8,8 @@ same layer twice), checked (its requirements hold against the host torch; it nev
 frontend itself) and then only read: each job's fresh venv sees it through a ``.pth`` line and
 installs the candidate wheel alone, with ``--no-deps``. No candidate's files ever serve another
 candidate; only their shared dependencies do.
+
+Their uses are stamped and their total size bounded by ``runner/envs/layer_use.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from runner.isolation import allowlist, jail, sandbox
 FRONTEND = "nvidia-cudnn-frontend"
 LAYER_FORMAT = 2  # 2: layers hold bytecode
 LAYER_PTH = "_fe_ci_0_layer.pth"  # sorts before the host-torch line: the layer wins over the host
+KEY = re.compile(r"^[0-9a-f]{20}$")  # a layer's directory name
 _DIST_DIR = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(?:-py[^-]*)?\.(?:dist|egg)-info$")
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.envs import envs, host, layers
+from runner.envs import envs, host, layer_use, layers
 from runner.isolation import jobbox, sandbox
 from runner.isolation.jobbox import JobBox
 
@@ -57,24 +57,25 @@ def ensure_layer(
     if not spec.requirements:
         return None
     root = layers_dir / spec.key
-    found = layers.usable(root, spec)
+    found = layer_use.found(layers_dir, spec)
     if found is not None:
         return found
     with layers.locked(layers_dir / f"{spec.key}.lock", timeout_s):
         found = layers.usable(root, spec)  # another runner built it while we waited
-        if found is not None:
-            return found
-        if job is not None:
-            return _build_layer(
+        if found is None and job is not None:
+            found = _build_layer(
                 spec, root, timeout_s, index_url, wheelhouse, torch, job, check_torch
             )
-        with jobbox.temporary(layers_dir / f".job-{spec.key}-{os.getpid()}") as own:
-            try:
-                return _build_layer(
-                    spec, root, timeout_s, index_url, wheelhouse, torch, own, check_torch
-                )
-            finally:
-                shutil.rmtree(own.work, ignore_errors=True)
+        elif found is None:
+            with jobbox.temporary(layers_dir / f".job-{spec.key}-{os.getpid()}") as own:
+                try:
+                    found = _build_layer(
+                        spec, root, timeout_s, index_url, wheelhouse, torch, own, check_torch
+                    )
+                finally:
+                    shutil.rmtree(own.work, ignore_errors=True)
+        layer_use.touch(layers_dir, spec.key)
+        return found
 
 
 def _build_layer(
