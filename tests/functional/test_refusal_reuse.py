@@ -179,6 +179,7 @@ def test_a_cpu_job_without_decisions_gives_refusal_back_to_an_unclaimed_gpu_job(
     h200 = register(svc, "h200", arch="sm_90")
     gpu_lease = h200.post("/api/jobs/claim", json={}).json()
     assert gpu_lease["refusal_scope"] == "all"  # the build keeps its consumer rows' coverage
+    assert gpu_lease["probe_surface"] is True  # and its surface (service/jobs/surface_reuse.py)
     _run(h200, gpu_lease)
     r = report(svc, build_id)
     own = _stage(_job(r, "sm_90"), "refusal")
