@@ -57,11 +57,15 @@ def dense_flag_line(source: bytes) -> int:
 
 def drop_dense_flag(source: bytes) -> bytes:
     """``source`` without the dense call's ``is_deterministic=`` line (and nothing else)."""
-    number = dense_flag_line(source)
+    return drop_line(source, dense_flag_line(source), f"{KNOB}={FLAG},", TORCH_OP)
+
+
+def drop_line(source: bytes, number: int, holds: str, where: str) -> bytes:
+    """``source`` without its line ``number`` (1-based), which must hold ``holds`` alone."""
     lines = source.splitlines(keepends=True)
     line = lines[number - 1].decode()
-    if line.strip() != f"{KNOB}={FLAG},":
-        raise ValueError(f"{TORCH_OP}:{number}: {line.strip()!r} holds more than the keyword")
+    if line.strip() != holds:
+        raise ValueError(f"{where}:{number}: {line.strip()!r} holds more than the keyword")
     return b"".join(lines[: number - 1] + lines[number:])
 
 

@@ -165,7 +165,21 @@ def _rewrite(
     src: Path, dest: Path, info: str, change: Callable[[str, bytes], tuple[str, bytes]]
 ) -> Path:
     """Copy wheel ``src`` to ``dest`` member by member through ``change(name, data)``, with a
-    RECORD (under ``info``, the new ``.dist-info/``) that hashes what was written."""
+    RECORD (under ``info``, the new ``.dist-info/``) that hashes what was written. Written
+    beside ``dest`` and renamed into place: a ``change`` that raises leaves nothing."""
+    part = dest.with_name(f".{dest.name}.part")
+    try:
+        _write(src, part, info, change)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.replace(dest)
+    return dest
+
+
+def _write(
+    src: Path, dest: Path, info: str, change: Callable[[str, bytes], tuple[str, bytes]]
+) -> None:
     record_name = f"{info}RECORD"
     records: list[str] = []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
@@ -187,4 +201,3 @@ def _rewrite(
         rec = zipfile.ZipInfo(record_name, date_time=(2020, 1, 1, 0, 0, 0))
         rec.external_attr = 0o644 << 16
         zout.writestr(rec, "\n".join(records) + "\n", compress_type=zipfile.ZIP_DEFLATED)
-    return dest

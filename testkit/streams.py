@@ -18,11 +18,17 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from testkit.flag_plant import DROPPED_FLAG
-from testkit.flag_plant import SUBJECT as FLAG_SUBJECT
+from testkit import flag_plant, knob_plant
 from testkit.plants import PLANTS
 
-KIND_OF = {what: kind for kind, what in PLANTS.items()} | {DROPPED_FLAG: "dropped_flag"}
+# the plants a subject of their own must catch: kind -> (what it plants, the subject)
+CAUGHT_BY = {
+    "dropped_flag": (flag_plant.DROPPED_FLAG, flag_plant.SUBJECT),
+    "dropped_knob": (knob_plant.DROPPED_KNOB, knob_plant.SUBJECT),
+}
+KIND_OF = {what: kind for kind, what in PLANTS.items()} | {
+    what: kind for kind, (what, _) in CAUGHT_BY.items()
+}
 PLANTED_SUBJECT = "flex_attention_bwd"
 WARM_GOAL_S = 15.0
 COLD = re.compile(r"compile cache \S+: 0 entries present")
@@ -89,8 +95,8 @@ def analyse(doc: dict[str, Any]) -> dict[str, Any]:
         if kind == "slower_backward" and not any(r["cost_regressed"] for r in planted_rows):
             ratios = [r.get("cost_ratio") for r in planted_rows]
             planted_missed.append(f"#{build['id']} slower_backward: not flagged (ratio {ratios})")
-        if kind == "dropped_flag" and not _failed(build, FLAG_SUBJECT):
-            planted_missed.append(f"#{build['id']} dropped_flag: {FLAG_SUBJECT} did not fail")
+        if kind in CAUGHT_BY and not _failed(build, subject := CAUGHT_BY[kind][1]):
+            planted_missed.append(f"#{build['id']} {kind}: {subject} did not fail")
         if kind != "genuine":
             continue
         for pair, row in rows.items():

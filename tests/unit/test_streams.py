@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from testkit.flag_plant import DROPPED_FLAG
+from testkit.knob_plant import DROPPED_KNOB
 from testkit.streams import analyse, host_sample, summary_text
 
 RECORDED = Path(__file__).resolve().parents[2] / "docs/measurements/h200-stream-2026-12-04.json"
@@ -57,35 +58,44 @@ def test_a_host_sample_is_read_from_this_host() -> None:
     assert len(sample["top_cpu_s"]) <= 5 and all(":" in row for row in sample["top_cpu_s"])
 
 
-def _as_dropped_flag(build: dict, verdict: str, status: str) -> dict:
-    """A recorded build relabelled as the #837 plant, its GPU determinism stage given an
-    ``sdpa_torch_bwd`` check of ``status``."""
+def _as_planted(build: dict, verdict: str, subject: str, status: str) -> dict:
+    """A recorded build relabelled as a plant, its GPU determinism stage given a check of
+    ``subject`` of ``status``."""
     out = json.loads(json.dumps(build))
     out["verdict"] = verdict
     for job in out["jobs"]:
         if job["kind"] == "gpu":
             for stage in job["stages"]:
                 if stage["name"] == "determinism":
-                    stage["checks"].append(
-                        {"name": "sdpa_torch_bwd.deterministic", "status": status}
-                    )
+                    stage["checks"].append({"name": f"{subject}.deterministic", "status": status})
     return out
 
 
 @pytest.mark.parametrize(
+    ("kind", "what", "subject"),
+    [
+        ("dropped_flag", DROPPED_FLAG, "sdpa_torch_bwd"),
+        ("dropped_knob", DROPPED_KNOB, "indexer_top_k"),
+    ],
+)
+@pytest.mark.parametrize(
     ("verdict", "status", "missed"), [("fail", "fail", False), ("pass", "pass", True)]
 )
-def test_a_dropped_flag_build_counts_as_caught_only_when_sdpa_torch_fails(
-    stream: dict, verdict: str, status: str, missed: bool
+def test_a_plant_of_one_subject_counts_as_caught_only_when_that_subject_fails(
+    stream: dict, kind: str, what: str, subject: str, verdict: str, status: str, missed: bool
 ) -> None:
-    build = _as_dropped_flag(stream["builds"][1], verdict, status)
-    doc = {
-        "builds": [stream["builds"][0], build],
-        "planted": {str(build["id"]): DROPPED_FLAG},
-        "wall_s": {},
-    }
-    a = analyse(doc)
-    assert a["kinds"][build["id"]] == "dropped_flag"
+    """The #837 plant must fail ``sdpa_torch_bwd``, the dropped indexer knob ``indexer_top_k``;
+    a red build whose other subject failed catches neither."""
+    build = _as_planted(stream["builds"][1], verdict, subject, status)
+    doc = {"builds": [stream["builds"][0], build], "planted": {str(build["id"]): what}}
+    a = analyse({**doc, "wall_s": {}})
+    assert a["kinds"][build["id"]] == kind
     assert bool(a["planted_missed"]) is missed
     if missed:
-        assert a["planted_missed"] == [f"#{build['id']} dropped_flag: sdpa_torch_bwd did not fail"]
+        assert a["planted_missed"] == [f"#{build['id']} {kind}: {subject} did not fail"]
+    other = "indexer_top_k" if subject == "sdpa_torch_bwd" else "sdpa_torch_bwd"
+    elsewhere = _as_planted(stream["builds"][1], "fail", other, "fail")
+    doc = {"builds": [stream["builds"][0], elsewhere], "planted": {str(build["id"]): what}}
+    assert analyse({**doc, "wall_s": {}})["planted_missed"] == [
+        f"#{build['id']} {kind}: {subject} did not fail"
+    ]
