@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 from testkit.registry import doctor_wheel, registry_wheel
@@ -74,16 +75,20 @@ def plant_dropped_flag(src: Path, dest_dir: Path) -> Path:
     return doctor_wheel(src, dest_dir, {TORCH_OP: drop_dense_flag})
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def plant_cli(plant: Callable[[Path, Path], Path], doc: str, argv: list[str] | None) -> int:
+    """``--version``/``--wheel`` in, ``--out`` the folder: the planted wheel's path printed."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--version", default="1.32.0", help="the registry release to plant into")
     p.add_argument("--wheel", type=Path, help="plant into this wheel instead (no download)")
     p.add_argument("--out", type=Path, required=True, help="the folder the planted wheel goes to")
     args = p.parse_args(argv)
     source = args.wheel if args.wheel is not None else registry_wheel(args.version)
-    planted = plant_dropped_flag(source, args.out)
-    print(planted)
+    print(plant(source, args.out))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return plant_cli(plant_dropped_flag, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,11 @@ wrapper's signature and default are unchanged.
 
 from __future__ import annotations
 
-import argparse
 import ast
 from pathlib import Path
 
-from testkit.flag_plant import drop_line
-from testkit.registry import doctor_wheel, registry_wheel
+from testkit.flag_plant import drop_line, plant_cli
+from testkit.registry import doctor_wheel
 
 API = "cudnn/deepseek_sparse_attention/indexer_top_k/api.py"
 OWNER, METHOD, KERNEL = "IndexerTopK", "compile", "compile_topk_kernel"
@@ -64,14 +63,7 @@ def plant_dropped_knob(src: Path, dest_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--version", default="1.32.0", help="the registry release to plant into")
-    p.add_argument("--wheel", type=Path, help="plant into this wheel instead (no download)")
-    p.add_argument("--out", type=Path, required=True, help="the folder the planted wheel goes to")
-    args = p.parse_args(argv)
-    source = args.wheel if args.wheel is not None else registry_wheel(args.version)
-    print(plant_dropped_knob(source, args.out))
-    return 0
+    return plant_cli(plant_dropped_knob, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from packaging.version import Version
 
 from service.uploads.wheelcheck import check_wheel
+from testkit import processes
 from testkit.knob_plant import API, KEYWORD, SUBJECT, drop_knob, plant_dropped_knob
 from testkit.registry import candidate_env, registry_wheel
 from testkit.service import ROOT
@@ -70,15 +70,8 @@ def test_the_probe_sees_the_same_knob_on_both_builds(
             zf.extractall(tmp_path / label)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / label), str(ROOT)])
-        done = subprocess.run(  # the release's environment (its DSL), the build's files first
-            [str(candidate_env("1.32.0").python), "-c", _PROBE],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        python = candidate_env("1.32.0").python  # the release's environment (its DSL)
+        done = processes.run([str(python), "-c", _PROBE], env=env, cwd=tmp_path, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         got = json.loads(done.stdout.strip().splitlines()[-1])
         assert got["from"].startswith(str(tmp_path / label)), got  # this build's files
