@@ -56,7 +56,8 @@ SAID: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ),
         (
             *("data_dir", "submit_token", "poll_interval_s", "claim_wait_s", "retry_initial_s"),
-            *("retry_max_s", "layers_max_gb", "layers_unused_s", *PIPELINE),
+            *("retry_max_s", "layers_max_gb", "compile_cache_max_gb", "cache_unused_s"),
+            *PIPELINE,
         ),
     ),
     "submit": ((_URL, ("submit_token", f"the submit {_TOKEN}"), _DATA), ()),

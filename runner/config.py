@@ -85,10 +85,12 @@ class RunnerSettings(BaseSettings):
     sandbox_memory_mb: int = Field(default=32768, ge=0)
     sandbox_tmp_mb: int = Field(default=2048, ge=0)
     job_dir_mb: int = Field(default=8192, ge=0)
-    # the dependency layers' bound (``runner/envs/layers.py``): past it, after a job, the least
-    # recently used are removed, never one used within ``layers_unused_s``
+    # the bounds of the dependency layers and of the compile cache (``runner/lru.py``):
+    # past one, after a job, the least recently used are removed, never one used within
+    # ``cache_unused_s``
     layers_max_gb: float = Field(default=40.0, gt=0)
-    layers_unused_s: float = Field(default=6 * 3600.0, ge=0)
+    compile_cache_max_gb: float = Field(default=40.0, gt=0)
+    cache_unused_s: float = Field(default=6 * 3600.0, ge=0)
 
     _split = field_validator("runner_labels", mode="before")(_labels)
     _choice = field_validator("sandbox", "installer", mode="before")(_word)

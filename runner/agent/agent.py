@@ -34,6 +34,7 @@ from runner.agent.client import Client, ServiceError
 from runner.agent.job_runner import JobRunner
 from runner.agent.poster import LeaseLost, post_stages
 from runner.agent.state import Identity, KeptResult, State
+from runner.cache import compile_cache
 from runner.config import RunnerSettings
 from runner.envs import host, layer_use
 from runner.isolation import zygotes
@@ -292,16 +293,18 @@ class Agent:
         try:
             self._run_job(lease)
         finally:
-            self.bound_layers()
+            self.bound_caches()
 
-    def bound_layers(self) -> list[str]:
-        """``layer_use.evict`` on this runner's layers, with its budget; the keys removed."""
+    def bound_caches(self) -> None:
+        """The dependency layers and the compile cache back within their budgets
+        (``runner/lru.py``)."""
         s = self.settings
         try:
-            return layer_use.evict(s.layers_path(), int(s.layers_max_gb * 1e9), s.layers_unused_s)
+            layer_use.evict(s.layers_path(), int(s.layers_max_gb * 1e9), s.cache_unused_s)
+            store = compile_cache.Store(s.compile_cache_path())
+            store.evict(int(s.compile_cache_max_gb * 1e9), s.cache_unused_s)
         except OSError as exc:  # a full or read-only disk: the next job tries again
-            log.warning("event=layer_eviction_failed error=%s", exc)
-            return []
+            log.warning("event=cache_bound_failed error=%s", exc)
 
     def _run_job(self, lease: JobLease) -> None:
         kept = self.jobs.run(lease)

@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner import lru
 from runner.cache.compile_keys import compute_keys
 
 log = logging.getLogger("fe_ci.compile_cache")
@@ -48,6 +49,41 @@ class Store:
 
     def published(self, key: str) -> Path:
         return self.root / "published" / key
+
+    def stamp(self, key: str) -> None:
+        """A use of ``key``'s entries (``used/<key>``'s time): the bound keeps the newest."""
+        lru.stamp(self.root / "used" / key)
+
+    def evict(self, max_bytes: int, unused_s: float) -> list[str]:
+        """Remove the least recently used keys' entries until the rest fit ``max_bytes``, none
+        used within ``unused_s``: the keys removed. A stage that linked a key's entries keeps
+        them (its links hold the files); the next build of the key compiles them again."""
+        top = self.root / "published"
+        if not top.is_dir():
+            return []
+        used = self.root / "used"
+        entries = []
+        for folder in top.iterdir():
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            size = used / f"{folder.name}.bytes"
+            try:
+                measured = int(size.read_text())
+            except (OSError, ValueError):
+                measured = lru.folder_bytes(folder)
+                size.parent.mkdir(parents=True, exist_ok=True)
+                size.write_text(str(measured))
+            entries.append(
+                lru.Entry(folder.name, measured, lru.last_used(used / folder.name, folder))
+            )
+
+        def remove(entry: lru.Entry) -> bool:
+            shutil.rmtree(top / entry.name, ignore_errors=True)
+            for stamp in (used / entry.name, used / f"{entry.name}.bytes"):
+                stamp.unlink(missing_ok=True)
+            return True
+
+        return lru.evict(entries, max_bytes, unused_s, remove, "compile cache key")
 
     def stage_dir(self) -> Path:
         """A fresh directory for one stage, in a parent only the runner can write."""
@@ -79,6 +115,8 @@ class Store:
                     continue
                 try:
                     os.link(Path(here) / name, target)
+                except FileNotFoundError:  # removed by the bound as we walked: compiled again
+                    continue
                 except OSError:  # another file system: a read-only copy the runner owns
                     shutil.copy2(Path(here) / name, target)
                     os.chmod(target, 0o444)
@@ -127,6 +165,11 @@ class Store:
                 published, size = published + 1, size + added
         for here, _subdirs, _files in os.walk(dest):
             os.chmod(here, 0o755)
+        if published:
+            used = self.root / "used"
+            used.mkdir(parents=True, exist_ok=True)
+            (used / f"{key}.bytes").write_text(str(lru.folder_bytes(dest)))
+        self.stamp(key)
         return published, refused
 
     @staticmethod
@@ -219,6 +262,9 @@ def open_stage(
     assert cache.key is not None and cache.source_key is not None
     cache.linked = store.prepare(cache.key, cache.dir)
     cache.linked_by_source = store.link(cache.source_key, cache.dir)
+    for key in (cache.key, cache.source_key):
+        if store.published(key).is_dir():
+            store.stamp(key)
     cache.linked += cache.linked_by_source
     cache.present = Store.entries(cache.dir)
     log.info(

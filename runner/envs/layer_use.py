@@ -1,8 +1,8 @@
-"""Using dependency layers: each use stamped, and their total size bounded.
+"""Using dependency layers: each use stamped, and their total size bounded (``runner/lru.py``).
 
 Each use of a layer stamps ``<key>.used`` beside it (``found``, and ``touch`` after a build);
 after each job the runner removes the least recently used layers once they pass its budget
-(``evict``: ``FE_CI_LAYERS_MAX_GB``), never one used within ``FE_CI_LAYERS_UNUSED_S`` (a job may
+(``evict``: ``FE_CI_LAYERS_MAX_GB``), never one used within ``FE_CI_CACHE_UNUSED_S`` (a job may
 be running on it) or one whose lock another runner holds (it is being built, or stamped); a later
 job that needs it builds it again. A candidate picks its dependency set, so without the bound
 uploads with distinct pins would each leave a layer of their own (1.32.0's is about 600 MB) until
@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-import os
 import time
 from pathlib import Path
 
+from runner import lru
 from runner.envs.layers import KEY, Layer, LayerSpec, remove, usable
 
 log = logging.getLogger("fe_ci.layers")
@@ -42,9 +42,7 @@ def found(layers_dir: Path, spec: LayerSpec) -> Layer | None:
 
 def touch(layers_dir: Path, key: str) -> None:
     """Stamp a use of the layer ``key`` (its ``.used`` file's time)."""
-    stamp = layers_dir / f"{key}.used"
-    stamp.touch()
-    os.utime(stamp)
+    lru.stamp(layers_dir / f"{key}.used")
 
 
 def size_of(layers_dir: Path, key: str) -> int:
@@ -52,20 +50,13 @@ def size_of(layers_dir: Path, key: str) -> int:
     kept = layers_dir / f"{key}.bytes"
     with contextlib.suppress(OSError, ValueError):
         return int(kept.read_text())
-    total = 0
-    for dirpath, _, filenames in os.walk(layers_dir / key):
-        for name in filenames:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+    total = lru.folder_bytes(layers_dir / key)
     kept.write_text(str(total))
     return total
 
 
 def _last_used(layers_dir: Path, key: str) -> float:
-    for path in (layers_dir / f"{key}.used", layers_dir / key / "layer.json"):
-        with contextlib.suppress(OSError):
-            return path.stat().st_mtime
-    return 0.0
+    return lru.last_used(layers_dir / f"{key}.used", layers_dir / key / "layer.json")
 
 
 def evict(layers_dir: Path, max_bytes: int, unused_s: float) -> list[str]:
@@ -77,33 +68,19 @@ def evict(layers_dir: Path, max_bytes: int, unused_s: float) -> list[str]:
     keys = [
         p.name for p in layers_dir.iterdir() if KEY.match(p.name) and (p / "layer.json").is_file()
     ]
-    sizes = {k: size_of(layers_dir, k) for k in keys}
-    total = sum(sizes.values())
-    removed: list[str] = []
-    now = time.time()
-    for key in sorted(keys, key=lambda k: _last_used(layers_dir, k)):
-        if total <= max_bytes:
-            break
-        if now - _last_used(layers_dir, key) < unused_s:
-            break  # this one and every later one in use lately
-        with open(layers_dir / f"{key}.lock", "a") as fh:
+    entries = [lru.Entry(k, size_of(layers_dir, k), _last_used(layers_dir, k)) for k in keys]
+
+    def remove_unheld(entry: lru.Entry) -> bool:
+        with open(layers_dir / f"{entry.name}.lock", "a") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                continue
-            if time.time() - _last_used(layers_dir, key) < unused_s:
-                continue  # stamped while we looked
-            remove(layers_dir / key)
-            for leftover in (f"{key}.used", f"{key}.bytes"):
+                return False
+            if time.time() - _last_used(layers_dir, entry.name) < unused_s:
+                return False  # stamped while we looked
+            remove(layers_dir / entry.name)
+            for leftover in (f"{entry.name}.used", f"{entry.name}.bytes"):
                 (layers_dir / leftover).unlink(missing_ok=True)
-        total -= sizes[key]
-        removed.append(key)
-        log.info("event=layer_evicted key=%s bytes=%d", key, sizes[key])
-    if total > max_bytes:
-        log.warning(
-            "event=layers_over_budget bytes=%d max_bytes=%d (the rest used within %.0f s)",
-            total,
-            max_bytes,
-            unused_s,
-        )
-    return removed
+            return True
+
+    return lru.evict(entries, max_bytes, unused_s, remove_unheld, "layer")

@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -305,3 +306,49 @@ def test_a_candidate_cannot_write_an_entry_it_did_not_write(
     build(3)  # the build that follows sees the entry as the first build wrote it
     assert (key_dir / "cute/log-2.txt").read_text().splitlines()[0] == "saw good"
     assert sorted(os.listdir(root / "stages")) == []  # stage directories are not kept
+
+
+def _published(store: compile_cache.Store, key: str, tmp_path: Path, age_s: float) -> None:
+    """``key``'s entries as a stage publishes them: a kernel file; its last use ``age_s`` ago."""
+    stage = tmp_path / f"stage-{key}"
+    (stage / "flex").mkdir(parents=True)
+    (stage / "flex" / f"{key}.o").write_bytes(key.encode() * 1000)
+    assert store.publish(key, stage) == (1, [])
+    past = time.time() - age_s
+    os.utime(store.root / "used" / key, (past, past))
+
+
+def test_past_its_budget_the_least_recently_used_keys_go_and_a_stage_keeps_its_links(
+    tmp_path: Path,
+) -> None:
+    """Each upload with kernel sources of its own adds a key (up to ``MAX_NEW_BYTES``): the
+    cache is bounded like the layers. A stage that linked a key's entries before it went still
+    reads them (the links hold the files); the next build of the key compiles again."""
+    store = compile_cache.Store(tmp_path / "cache")
+    for key, age in (("old", 86_400.0), ("mid", 7_200.0), ("new", 0.0)):
+        _published(store, key, tmp_path, age)
+    assert (store.root / "used" / "old.bytes").read_text() == str(len(b"old") * 1000)
+    running = store.stage_dir()
+    assert store.prepare("old", running) == 1
+    assert store.evict(10_000, unused_s=3600) == []  # 9,000 bytes fit
+    assert store.evict(3_000, unused_s=3600) == ["old", "mid"]  # "new" used within the hour
+    assert sorted(p.name for p in (store.root / "published").iterdir()) == ["new"]
+    assert (running / "flex" / "old.o").read_bytes() == b"old" * 1000
+    assert store.evict(1, unused_s=3600) == []  # over the budget, and kept: used lately
+    again = store.stage_dir()
+    assert store.prepare("old", again) == 0  # gone: compiled again
+
+
+def test_a_key_going_while_a_stage_links_it_costs_the_stage_those_entries_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = compile_cache.Store(tmp_path / "cache")
+    _published(store, "key", tmp_path, 0.0)
+    real_link = os.link
+
+    def vanished(src: str | Path, dst: str | Path) -> None:
+        os.unlink(src)  # the bound removed it between the walk and the link
+        real_link(src, dst)
+
+    monkeypatch.setattr(compile_cache.os, "link", vanished)
+    assert store.prepare("key", store.stage_dir()) == 0

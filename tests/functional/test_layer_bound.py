@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from core.wire import Stage, Status
+from runner.cache import compile_cache
 from runner.envs import layer_use, layers
 from runner.pipeline import pipeline, pipeline_options
 from testkit import processes
@@ -81,7 +82,7 @@ def test_a_layer_used_lately_or_held_is_kept_over_the_budget(
     layers_dir, (old, new) = two
     with layers.locked(layers_dir / f"{old}.lock", timeout_s=5):  # a runner building or stamping
         assert layer_use.evict(layers_dir, 1, unused_s=3600) == []
-    assert "event=layers_over_budget" in caplog.text
+    assert "event=over_budget what=layer" in caplog.text
     assert (layers_dir / old).is_dir() and (layers_dir / new).is_dir()
     assert layer_use.evict(layers_dir, 1, unused_s=2 * DAY) == []  # both used within two days
     assert layer_use.evict(layers_dir, 1, unused_s=3600) == [old]  # new: used within the hour
@@ -101,9 +102,17 @@ def test_the_runner_bounds_its_layers_after_a_job(
     two: tuple[Path, list[str]], make_service: Any, tmp_path: Path
 ) -> None:
     """A real runner takes one CPU job of a wheel on the newer layer (reused, stamped), then
-    brings its layers back within a budget that holds that one: the older goes."""
+    brings its layers back within a budget that holds that one: the older goes. And its compile
+    cache: a key last used a day ago goes, one used now stays."""
     layers_dir, (old, new) = two
     budget_gb = (layer_use.size_of(layers_dir, new) + 1) / 1e9
+    kernels = compile_cache.Store(tmp_path / "kernels")
+    for key, age in (("aged", DAY), ("fresh", 0.0)):
+        stage = tmp_path / f"stage-{key}"
+        (stage / "flex").mkdir(parents=True)
+        (stage / "flex" / "kernel.o").write_bytes(b"\0" * 4096)
+        assert kernels.publish(key, stage) == (1, [])
+        os.utime(kernels.root / "used" / key, (time.time() - age,) * 2)
     svc: Service = make_service(FE_CI_GPU_ARCHS="")
     submit_wheel(svc, make_wheel(tmp_path / "w-job", "1.32.0", "", requires=(PINS[1],)))
     proc = processes.run(
@@ -112,12 +121,16 @@ def test_the_runner_bounds_its_layers_after_a_job(
             FE_CI_RUNNER_NAME="bounded",
             FE_CI_LAYERS_DIR=str(layers_dir),
             FE_CI_LAYERS_MAX_GB=str(budget_gb),
-            FE_CI_LAYERS_UNUSED_S="3600",
+            FE_CI_COMPILE_CACHE_DIR=str(kernels.root),
+            FE_CI_COMPILE_CACHE_MAX_GB=str(5000 / 1e9),
+            FE_CI_CACHE_UNUSED_S="3600",
         ),
         cwd=ROOT,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"event=layer_evicted key={old}" in proc.stderr
+    assert f"event=evicted what=layer name={old}" in proc.stderr
     assert not (layers_dir / old).exists() and (layers_dir / new / "layer.json").is_file()
+    assert "event=evicted what=compile cache key name=aged" in proc.stderr
+    assert sorted(p.name for p in (kernels.root / "published").iterdir()) == ["fresh"]
