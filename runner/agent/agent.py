@@ -289,7 +289,7 @@ class Agent:
 
     def run_job(self, lease: JobLease) -> None:
         """Run the job (``job_runner.py``), keep its result on disk, then send it; then the
-        dependency layers back within their bound."""
+        dependency layers and the compile cache back within their budgets."""
         try:
             self._run_job(lease)
         finally:

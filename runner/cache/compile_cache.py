@@ -83,7 +83,7 @@ class Store:
                 stamp.unlink(missing_ok=True)
             return True
 
-        return lru.evict(entries, max_bytes, unused_s, remove, "compile cache key")
+        return lru.evict(entries, max_bytes, unused_s, remove, "compile_cache")
 
     def stage_dir(self) -> Path:
         """A fresh directory for one stage, in a parent only the runner can write."""

@@ -132,5 +132,5 @@ def test_the_runner_bounds_its_layers_after_a_job(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"event=evicted what=layer name={old}" in proc.stderr
     assert not (layers_dir / old).exists() and (layers_dir / new / "layer.json").is_file()
-    assert "event=evicted what=compile cache key name=aged" in proc.stderr
+    assert "event=evicted what=compile_cache name=aged" in proc.stderr
     assert sorted(p.name for p in (kernels.root / "published").iterdir()) == ["fresh"]
