@@ -52,6 +52,16 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
+def kept_bytes(folder: Path, kept: Path) -> int:
+    """``folder``'s bytes as ``kept`` holds them; measured and kept there where it holds none."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(kept.read_text())
+    total = folder_bytes(folder)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(str(total))
+    return total
+
+
 def evict(
     entries: list[Entry],
     max_bytes: int,

@@ -66,13 +66,7 @@ class Store:
         for folder in top.iterdir():
             if not folder.is_dir() or folder.is_symlink():
                 continue
-            size = used / f"{folder.name}.bytes"
-            try:
-                measured = int(size.read_text())
-            except (OSError, ValueError):
-                measured = lru.folder_bytes(folder)
-                size.parent.mkdir(parents=True, exist_ok=True)
-                size.write_text(str(measured))
+            measured = lru.kept_bytes(folder, used / f"{folder.name}.bytes")
             entries.append(
                 lru.Entry(folder.name, measured, lru.last_used(used / folder.name, folder))
             )

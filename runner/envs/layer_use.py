@@ -11,7 +11,6 @@ the disk was full.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import time
@@ -47,12 +46,7 @@ def touch(layers_dir: Path, key: str) -> None:
 
 def size_of(layers_dir: Path, key: str) -> int:
     """The layer's bytes on disk, measured once and kept in ``<key>.bytes``."""
-    kept = layers_dir / f"{key}.bytes"
-    with contextlib.suppress(OSError, ValueError):
-        return int(kept.read_text())
-    total = lru.folder_bytes(layers_dir / key)
-    kept.write_text(str(total))
-    return total
+    return lru.kept_bytes(layers_dir / key, layers_dir / f"{key}.bytes")
 
 
 def _last_used(layers_dir: Path, key: str) -> float:

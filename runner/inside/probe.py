@@ -279,7 +279,8 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
             features[feature.id], why = detect_feature(feature)
             if why:
                 unread.append(why)
-    if params.get("surface", True):
+    reads_surface = bool(params.get("surface", True))
+    if reads_surface:
         read, surface_findings, surface_unread = discovery.probe_surface(cudnn)
         findings.extend(surface_findings)
         unread.extend(surface_unread)
@@ -300,7 +301,7 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
         findings[:0] = [finding] if finding else []
     elif cudnn is None:
         reason += f" ({unread_cudnn})"
-    if not params.get("surface", True):
+    if not reads_surface:
         reason += f"; {SURFACE_ELSEWHERE}"
     return {
         "status": status,
