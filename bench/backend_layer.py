@@ -51,7 +51,8 @@ def main() -> None:
     if wheelhouse is None:
         wheelhouse = base / "wheelhouse"
         backend_wheel(wheelhouse, pad_mb=args.mb)
-    wheel_bytes = sum(p.stat().st_size for p in wheelhouse.glob("*.whl"))
+    # the backend wheels alone: a real wheelhouse holds the frontend's closure beside them
+    wheel_bytes = sum(p.stat().st_size for p in wheelhouse.glob("nvidia_cudnn_cu*.whl"))
     built, reused, sizes = [], [], []
     try:
         for n in range(args.rounds):

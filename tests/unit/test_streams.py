@@ -14,7 +14,10 @@ from testkit.flag_plant import DROPPED_FLAG
 from testkit.knob_plant import DROPPED_KNOB
 from testkit.streams import analyse, host_sample, summary_text
 
-RECORDED = Path(__file__).resolve().parents[2] / "docs/measurements/h200-stream-2026-12-04.json"
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "docs/measurements"
+RECORDED = MEASUREMENTS / "h200-stream-2026-12-04.json"
+# the dropped indexer knob (build 2) among nine genuine builds, a CPU runner beside the GPU one
+KNOB_STREAM = MEASUREMENTS / "h200-stream-2026-12-05b.json"
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +41,8 @@ def test_the_recorded_stream_reads_as_it_was_measured(stream: dict) -> None:
 def test_the_summary_names_each_build_and_the_warm_median(stream: dict) -> None:
     text = summary_text(stream)
     # the planted wheels' first builds compiled everything too: cold, not in the warm median
-    assert "warm determinism stage median: 15.23 s over 16 builds (goal <= 15 s: NO)" in text
-    assert "cold (builds #1 32.6 s, #5 33.3 s, #9 36.3 s)" in text
+    assert "warm determinism stage median: 15.23 s over 16 builds (goal <= 20 s: yes)" in text
+    assert "cold (builds #1 32.6 s, #5 33.3 s, #9 36.3 s; goal <= 45 s: yes)" in text
     per_build = [line for line in text.splitlines() if line.startswith("  #")]
     assert len(per_build) == len(stream["builds"])
     assert per_build[0].startswith("  #1 genuine: 32.6 s, ready 3.148")
@@ -99,3 +102,22 @@ def test_a_plant_of_one_subject_counts_as_caught_only_when_that_subject_fails(
     assert analyse({**doc, "wall_s": {}})["planted_missed"] == [
         f"#{build['id']} {kind}: {subject} did not fail"
     ]
+
+
+def test_a_failed_subject_has_no_comparison_and_none_is_lost() -> None:
+    """A deterministic arm that varied has no bits to compare (``core.history.comparable``):
+    the build that dropped the indexer's knob has no history row of ``indexer_top_k``, and that
+    is the failure the plant must cause, not a lost comparison. A genuine build that lacks the
+    row has lost it."""
+    doc = json.loads(KNOB_STREAM.read_text())
+    a = analyse(doc)
+    assert a["kinds"][2] == "dropped_knob" and a["planted_missed"] == []
+    assert "indexer_top_k" not in {r["subject"] for r in doc["builds"][1]["history"]}
+    assert a["lost"] == []
+    text = summary_text(doc)
+    assert "warm determinism stage median: 30.14 s over 8 builds (goal <= 20 s: NO)" in text
+    assert "cold (builds #1 49.6 s, #2 44.0 s; goal <= 45 s: NO)" in text
+    genuine = json.loads(json.dumps(doc["builds"][2]))
+    genuine["history"] = [r for r in genuine["history"] if r["subject"] != "indexer_top_k"]
+    lost = analyse({**doc, "builds": [doc["builds"][0], genuine]})["lost"]
+    assert lost == [f"#{genuine['id']} sm_90 indexer_top_k: no comparison"]
