@@ -9,11 +9,18 @@ compared byte for byte with its run 0 and digested; the cost is the median deter
 over the median control run. The control runs are timed only: their bytes are the walk's
 business, and copying a varying output to the host to hash it would cost more than the run.
 
+A timed sample is ``runs_per_sample`` runs back to back, as many as make it about
+``SAMPLE_TARGET_S`` long (sized from one untimed control run), after one untimed pair: on the
+H200, samples of one sub-2 ms run each (``sdpa_torch_bwd``, ``indexer_top_k``) measured the same
+genuine build's cost between 0.89x and 1.21x from build to build, launch gaps and the first
+pairs' ramp in every sample, where a cuDNN graph's 1.6 ms runs held 1.09-1.11x.
+
 Standard library and torch only (runs inside the candidate's environment).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
@@ -21,34 +28,46 @@ from typing import Any
 import torch
 
 from runner.inside import bits
-from runner.inside.arms import Arm
+from runner.inside.arms import Arm, repeated
 from runner.inside.subjects.base import Config, Subject, Workload, synchronize
 
 PAIRS_MIN = 8  # interleaved pairs at the least; ``repeats`` when it is larger
+SAMPLE_TARGET_S = 0.01  # a timed sample's length at the least, where runs are shorter
+RUNS_PER_SAMPLE_MAX = 32
 
 
-def _timed_control(workload: Workload, device: torch.device) -> float:
+def _timed_control(workload: Workload, device: torch.device, runs: int = 1) -> float:
+    """The mean of ``runs`` control runs back to back, timed together."""
     timer = bits.RunTimer(device)
     synchronize(device)
-    _out, took = timer.time(lambda: workload.run(False))
+    _out, took = timer.time(lambda: repeated(workload, False, runs))
     synchronize(device)
-    return took
+    return took / runs
+
+
+def runs_per_sample(workload: Workload, device: torch.device) -> int:
+    """How many runs back to back make a timed sample about ``SAMPLE_TARGET_S`` long, from one
+    control run (itself untimed for the cost); one where a run is that long already."""
+    took = _timed_control(workload, device)
+    if took <= 0:
+        return RUNS_PER_SAMPLE_MAX
+    return max(1, min(RUNS_PER_SAMPLE_MAX, math.ceil(SAMPLE_TARGET_S / took)))
 
 
 def interleaved(
-    workload: Workload, device: torch.device, pairs: int, *, knob: bool
+    workload: Workload, device: torch.device, pairs: int, *, knob: bool, runs: int = 1
 ) -> tuple[Arm, list[float]]:
-    """``pairs`` runs of each arm, alternating which goes first: the deterministic arm (with its
-    digests) and the control's run times."""
+    """``pairs`` samples of each arm, alternating which goes first, each ``runs`` runs back to
+    back: the deterministic arm (with its digests) and the control's run times."""
     det = Arm("deterministic", knob=knob, stopped_by="comparison")
     control: list[float] = []
     for i in range(pairs):
         if i % 2 == 0:
-            control.append(_timed_control(workload, device))
-            det.run_once(workload, device)
+            control.append(_timed_control(workload, device, runs))
+            det.run_once(workload, device, runs)
         else:
-            det.run_once(workload, device)
-            control.append(_timed_control(workload, device))
+            det.run_once(workload, device, runs)
+            control.append(_timed_control(workload, device, runs))
     return det, control
 
 
@@ -96,13 +115,17 @@ def measure(
     compile_s = time.perf_counter() - t0
     pairs = max(repeats, PAIRS_MIN)
     t0 = time.perf_counter()
-    det, control = interleaved(workload, device, pairs, knob=not negative_control)
+    runs = runs_per_sample(workload, device)
+    for knob in (False, not negative_control):  # the untimed pair: the first ones ran slow
+        repeated(workload, knob, runs)
+    det, control = interleaved(workload, device, pairs, knob=not negative_control, runs=runs)
     cost = bits.cost(control, det.times, det.timer)
-    cost["interleaved"] = True
+    cost.update(interleaved=True, runs_per_sample=runs)
     if control and det.times:
         cost["control_spread"] = _spread(control)
         cost["deterministic_spread"] = _spread(det.times)
-        # each run, in microseconds and in the order they ran: what the medians came from
+        # each sample's mean run, in microseconds and in the order they ran: what the medians
+        # came from
         cost["control_us"] = [round(t * 1e6, 1) for t in control]
         cost["deterministic_us"] = [round(t * 1e6, 1) for t in det.times]
     doc.update(

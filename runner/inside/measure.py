@@ -111,7 +111,16 @@ def measure_subject(
     verdict, wherever the walk went; without one, the walk's config is measured the same way.
     """
     s = settings
-    best, history, why = walk.pick_config(subject, device, s, start_config, start_from, pin_config)
+    start_is, point = "remembered config", (compare_at or {}).get("config")
+    if start_config is None and pin_config is None and point:
+        # nothing remembered: the walk starts where the comparison is measured, which varied
+        # robustly once; where it still does, one workload serves both (a cold build's ladder
+        # from the smallest config cost the H200 a workload per rung, then the pin's again)
+        start_config, start_is = str(point), "no remembered config; the comparison point"
+    walked = walk.pick_config(
+        subject, device, s, start_config, start_from, pin_config, start_is, point
+    )
+    best, history, why = walked.best, walked.history, walked.why
     control = best.control
     k, n = control.varying_runs, control.comparisons
     p_lo = stats.clopper_pearson_lower(k, n) if n else 0.0
@@ -180,9 +189,12 @@ def measure_subject(
     )
     chosen = best.config.name
     t0 = time.perf_counter()
-    at = (compare_at or {}).get("config") or chosen
+    at = point or chosen
     warm = (chosen, best.workload) if at == chosen else None
-    del best  # a comparison point elsewhere needs the memory of the walk's workload
+    if walked.at_point is not None and at == walked.at_point.config.name:
+        warm = (at, walked.at_point.workload)  # tried by the walk, both arms now compiled
+        walk.warm_up(walked.at_point.workload, device, knob=not s.negative_control)
+    del best, walked  # a comparison point elsewhere needs the memory of the walk's workload
     try:
         metrics["comparison"] = comparison.measure(
             subject,

@@ -171,8 +171,11 @@ def test_the_deterministic_arm_warms_up_only_at_the_chosen_config() -> None:
     knobs = made["floats"].knobs
     runs = out.check["metrics"]["deterministic_runs"]
     assert knobs[: 9 + runs + 1] == [False] * 9 + [True] * (runs + 1)
-    # then the comparison at the same config, on the same workload: the arms interleaved
-    assert knobs[9 + runs + 1 :] == [False, True, True, False] * 4
+    # then the comparison at the same config, on the same workload (no warm-up of its own):
+    # the run that sizes its samples, an untimed pair, then the arms interleaved in samples
+    n = out.check["metrics"]["comparison"]["cost"]["runs_per_sample"]
+    off, on = [False] * n, [True] * n
+    assert knobs[9 + runs + 1 :] == [False, *off, *on] + [*off, *on, *on, *off] * 4
     assert out.check["metrics"]["deterministic_warmup_s"] >= 0
     phases = out.check["metrics"]["phases"]
     assert set(phases) == {

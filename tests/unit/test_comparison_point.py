@@ -7,11 +7,13 @@ measures the comparison is the real one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+import pytest
 import torch
 
-from runner.inside import plan
+from runner.inside import comparison, plan
 from runner.inside.measure import Outcome, Settings, measure_subject
 from tests.fakesubjects import FakeSubject, Reduction, floats, integers
 
@@ -32,22 +34,64 @@ def _measure(subject: FakeSubject, **kw: object) -> Outcome:
 
 
 def test_the_comparison_stays_at_the_pin_wherever_the_walk_goes() -> None:
-    pin = {"config": "floats_small", "series": 3}
+    """A pin whose control no longer varies (``ints``): the walk tries it first, goes on from
+    where it starts, and the comparison is measured on the pin's workload it already built."""
+    pin = {"config": "ints", "series": 3}
     walked_up = _three()
     high = _measure(walked_up, start_config="floats_large", compare_at=pin)
     assert high.config == "floats_large"  # detection at the remembered config ...
-    assert walked_up.prepared == ["floats_large", "floats_small"]  # ... comparison at the pin
+    assert walked_up.prepared == ["ints", "floats_large"]  # ... the pin's workload built once
     here = _three()
-    low = _measure(here, compare_at=pin)  # a walk from the smallest that stops at the pin
+    low = _measure(here, compare_at=pin)  # nothing remembered: the walk starts at the pin
     assert low.config == "floats_small" and here.prepared == ["ints", "floats_small"]
+    assert "no remembered config; the comparison point ints" in low.check["detail"]
     a, b = high.check["metrics"]["comparison"], low.check["metrics"]["comparison"]
     for doc in (a, b):
-        assert doc["config_name"] == "floats_small" and doc["pinned"] and doc["series"] == 3
+        assert doc["config_name"] == "ints" and doc["pinned"] and doc["series"] == 3
         assert doc["outputs"]["out"]["distinct"] == 1 and doc["cost"]["interleaved"]
         assert len(doc["cost"]["control_us"]) == len(doc["cost"]["deterministic_us"]) == 8
+        assert doc["reused_workload"] is True
     assert a["digests"] == b["digests"]  # comparable across the two builds
-    assert a["reused_workload"] is False and b["reused_workload"] is True
     assert high.phases["comparison_s"] > 0
+
+
+def test_the_walk_settles_at_the_pin_where_its_control_varies() -> None:
+    """A remembered config above the pin is not built when the pin's control varies: one
+    workload for the verdict and the comparison."""
+    subject = _three()
+    out = _measure(
+        subject, start_config="floats_large", compare_at={"config": "floats_small", "series": 1}
+    )
+    assert out.config == "floats_small" and subject.prepared == ["floats_small"]
+    assert "the comparison point floats_small: its control varied" in out.check["detail"]
+    assert out.check["metrics"]["comparison"]["reused_workload"] is True
+    assert out.check["metrics"]["start"]["outcome"] == "escalated"
+
+
+def test_at_the_pin_a_control_that_can_certify_is_enough() -> None:
+    """At the comparison point a control below the share that can still certify within the run
+    cap (3 of 7: 51 deterministic runs for the luck target) ends the walk: the deterministic
+    arm runs longer instead of another config being built."""
+    made = {
+        "sometimes": lambda: Reduction(*floats(2048, 5), shuffle_when=lambda c: c in (2, 3, 4)),
+        "always": lambda: Reduction(*floats(8192, 6)),
+    }
+    subject = FakeSubject(lambda n: made[n](), names=tuple(made))
+    out = _measure(subject, compare_at={"config": "sometimes", "series": 1})
+    metrics = out.check["metrics"]
+    assert out.config == "sometimes" and subject.prepared == ["sometimes"]
+    assert metrics["control"] == {
+        "varying": 3,
+        "comparisons": 7,
+        "share": pytest.approx(3 / 7, abs=1e-4),
+    }
+    assert "enough to certify within 64 runs" in metrics["config_reason"]
+    assert out.check["status"] == "pass" and metrics["deterministic_runs"] == 52
+    assert metrics["luck_probability"] < metrics["luck_target"]
+    # the same control elsewhere than the pin is not enough: the walk goes on up
+    other = FakeSubject(lambda n: made[n](), names=tuple(made))
+    elsewhere = _measure(other, compare_at={"config": "always", "series": 1})
+    assert elsewhere.config == "always" and other.prepared == ["always"]
 
 
 @dataclass
@@ -60,11 +104,42 @@ class KnobLog(Reduction):
 
 
 def test_the_arms_are_interleaved_after_both_compile() -> None:
-    made = {"walk": KnobLog(*floats(2048, 7)), "pin": KnobLog(*floats(4096, 8))}
+    made = {"walk": KnobLog(*floats(2048, 7)), "pin": KnobLog(*integers(4096))}
     subject = FakeSubject(lambda n: made[n], names=("walk", "pin"))
-    _measure(subject, compare_at={"config": "pin", "series": 1})
-    # both warm-ups, untimed, then control/deterministic pairs whose order alternates
-    assert made["pin"].knobs == [False, True] + [False, True, True, False] * 4
+    out = _measure(subject, start_config="walk", compare_at={"config": "pin", "series": 1})
+    assert out.config == "walk" and subject.prepared == ["pin", "walk"]
+    cost = out.check["metrics"]["comparison"]["cost"]
+    n = cost["runs_per_sample"]  # sized from this host's run of the reduction
+    assert 1 <= n <= comparison.RUNS_PER_SAMPLE_MAX
+    # at the pin, the walk's control (its warm-up, eight runs); then the comparison: the
+    # deterministic arm's warm-up, one control run that sizes the samples, an untimed pair,
+    # then samples of n runs back to back, control/deterministic pairs whose order alternates
+    off, on = [False] * n, [True] * n
+    pairs = [*off, *on, *on, *off] * 4
+    assert made["pin"].knobs == [False] * 9 + [True] + [False] + off + on + pairs
+    assert len(cost["control_us"]) == len(cost["deterministic_us"]) == 8
+    assert out.check["metrics"]["comparison"]["outputs"]["out"]["distinct"] == 1
+
+
+class Timed(Reduction):
+    """A reduction whose runs take ``seconds`` each (a sleep: CPU time stands for GPU time)."""
+
+    seconds = 0.004
+
+    def run(self, knob: bool) -> dict[str, torch.Tensor]:
+        time.sleep(self.seconds)
+        return super().run(knob)
+
+
+def test_a_sample_is_as_many_runs_as_make_it_long_enough() -> None:
+    """4 ms runs: three back to back make a 10 ms sample (two where a busy host's sleep
+    overshoots past 5 ms); a run longer than that is a sample; a tiny one takes the most."""
+    workload = Timed(*floats(256, 3))
+    assert comparison.runs_per_sample(workload, CPU) in (2, 3)
+    workload.seconds = 0.012
+    assert comparison.runs_per_sample(workload, CPU) == 1
+    workload.seconds = 0.0
+    assert comparison.runs_per_sample(workload, CPU) == comparison.RUNS_PER_SAMPLE_MAX
 
 
 def test_a_pin_the_subject_lacks_costs_the_comparison_not_the_verdict() -> None:
@@ -85,3 +160,18 @@ def test_the_stage_keeps_the_pins_of_its_own_family() -> None:
     }
     assert plan.comparison_points(params, "sm_90") == {"sdpa_bwd": {"config": "b4", "series": 2}}
     assert plan.comparison_points({}, "sm_90") == {}
+
+
+def test_a_walk_from_the_comparison_point_escalates_where_its_control_is_steady() -> None:
+    """A pin whose control no longer varies (``ints``) is where the walk starts, not where it
+    stays: it goes up as from any start, and the comparison is still measured at the pin."""
+    subject = _three()
+    out = _measure(subject, compare_at={"config": "ints", "series": 1})
+    assert out.config == "floats_small" and subject.prepared == ["ints", "floats_small"]
+    assert out.check["metrics"]["comparison"]["config_name"] == "ints"
+    start = out.check["metrics"]["start"]
+    assert start["config"] == "ints" and start["outcome"] == "escalated"
+    # a remembered config still comes first
+    again = _three()
+    _measure(again, start_config="floats_large", compare_at={"config": "ints", "series": 1})
+    assert again.prepared == ["ints", "floats_large"]
