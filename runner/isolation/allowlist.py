@@ -102,3 +102,10 @@ def candidate_environ(
             raise ValueError(f"{name} names a secret: it is never handed to a candidate")
         env[name] = value
     return env
+
+
+def library_path(lib_dirs: tuple[Path, ...], env: Mapping[str, str]) -> str:
+    """``env``'s ``LD_LIBRARY_PATH`` with ``lib_dirs`` first (a cuDNN backend layer's library:
+    a stage's, and the zygote's of that backend)."""
+    inherited = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([*map(str, lib_dirs), *inherited])

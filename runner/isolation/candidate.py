@@ -103,8 +103,7 @@ def stage_environ(
         "stage", home=home, path=[python.parent], pythonpath=src, chosen=chosen
     )
     if lib_dirs:
-        inherited = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-        env["LD_LIBRARY_PATH"] = os.pathsep.join([*(str(d) for d in lib_dirs), *inherited])
+        env["LD_LIBRARY_PATH"] = allowlist.library_path(lib_dirs, env)
     return env
 
 

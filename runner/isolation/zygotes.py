@@ -1,18 +1,16 @@
 """Warm parents for the CPU stages of a long-running runner (``runner/inside/zygote.py``).
 
-A zygote belongs to one dependency layer (or to none: builds that declare no dependencies): it
+A zygote belongs to one dependency layer (or none: builds that declare no dependencies), and on a
+cell of the matrix to its cuDNN backend too (that library first on its ``LD_LIBRARY_PATH``): it
 runs, sandboxed like any stage (``jail.py``, as a uid of its own from the runner's range), in an
-environment holding that layer and the host's torch but no candidate, with torch and the layer's
-heavy modules already imported. A stage of a job whose environment is that layer plus its
-candidate is then a fork instead of a fresh interpreter: the probe of a warm build costs its own
-imports only.
+environment of that layer and the host's torch but no candidate, torch and the layer's heavy
+modules imported. A stage of a job on that layer is then a fork of it, not a fresh interpreter.
 
 Each stage gets a room of its own under the zygote's directory, made by the runner: its
 parameters, a HOME and a folder for its document; the job's installed candidate is linked in
 beside it (hard links to the job's files, which the runner owns, made once per job). The stage runs
 in namespaces of its own (a pid namespace whose end is every process's it started, a fresh /tmp),
-and the room is removed after it. A
-zygote that cannot give a stage its own namespaces serves none.
+and the room is removed after it. A zygote that cannot give a stage its own namespaces serves none.
 
 The stage keeps the contract of ``sandbox.run``: its own process group, the timeout and the
 cancellation (SIGTERM, a grace period, SIGKILL), its log, an ``Outcome``. Anything wrong with the
@@ -55,6 +53,8 @@ PRELOAD = ("torch", "cutlass", "cutlass.cute", "torch._dynamo")
 START_TIMEOUT_S = 180.0
 PID_TIMEOUT_S = 10.0
 _LEGACY = re.compile(r"^[0-9a-f]{16}$")  # a zygote's key directly under the root, as before
+Backend = tuple[layers.Layer, tuple[Path, ...]]  # a cuDNN backend's layer and library folders
+Parents = tuple[layers.Layer | None, Backend | None]  # what a zygote's environment holds
 
 
 @dataclass
@@ -242,13 +242,11 @@ def _kill(pidfd: int, sig: int) -> None:
 
 
 class Zygotes:
-    """The runner's warm parents, one per dependency layer in use (the newest ``limit`` kept).
-
-    Start them from a thread that lives as long as the runner (the agent's main thread): a
-    zygote dies with the thread that started it.
-
-    Their folders are under one this process holds (``held_folders``): runners sharing a cache
-    directory never remove each other's zygote or its rooms.
+    """The runner's warm parents, one per dependency layer (and cuDNN backend) in use, the newest
+    ``limit`` kept. Start them from a thread that lives as long as the runner (the agent's main
+    thread): a zygote dies with the thread that started it. Their folders are under one this
+    process holds (``held_folders``): runners sharing a cache directory never remove each
+    other's zygote or its rooms.
     """
 
     def __init__(
@@ -269,14 +267,16 @@ class Zygotes:
         self._refused: dict[str, str] = {}  # layers whose zygote could not isolate a stage
         self._lock = threading.Lock()
 
-    def key(self, layer: layers.Layer | None) -> str:
+    def key(self, layer: layers.Layer | None, backend: Backend | None = None) -> str:
         blob = f"{layer and layer.spec.key}|{stage_source.digest()}|{sys.version}|{self.preload}"
+        blob += f"|{backend[0].spec.key}" if backend else ""
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def get(self, layer: layers.Layer | None) -> Zygote | None:
-        """The live zygote of ``layer`` (None: no dependencies), started if needed; None if it
+    def get(self, layer: layers.Layer | None, backend: Backend | None = None) -> Zygote | None:
+        """The live zygote of ``layer`` (None: no dependencies) and ``backend`` (a cuDNN backend
+        of the matrix: its folders first on ``LD_LIBRARY_PATH``), started if needed; None if it
         cannot start, or cannot give a stage namespaces of its own."""
-        key = self.key(layer)
+        key = self.key(layer, backend)
         with self._lock:
             if key in self._refused:
                 return None
@@ -288,7 +288,7 @@ class Zygotes:
                 found.stop()
                 del self._live[key]
             try:
-                started = self._start(key, layer)
+                started = self._start(key, (layer, backend))
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 log.warning("event=zygote_start_failed key=%s error=%s", key, exc)
                 return None
@@ -300,19 +300,20 @@ class Zygotes:
                 self._live.pop(oldest).stop()
             return started
 
-    def _start(self, key: str, layer: layers.Layer | None) -> Zygote | None:
+    def _start(self, key: str, on: Parents) -> Zygote | None:
         release = contextlib.ExitStack()  # the zygote's uid, held for its life
         uid = release.enter_context(self.uid_range.lease())
         try:
-            return self._spawn(key, layer, uid, release)
+            return self._spawn(key, on, uid, release)
         except BaseException:
             release.close()
             raise
 
     def _spawn(
-        self, key: str, layer: layers.Layer | None, uid: int | None, release: contextlib.ExitStack
+        self, key: str, on: Parents, uid: int | None, release: contextlib.ExitStack
     ) -> Zygote | None:
-        start = time.monotonic()
+        start, (layer, backend) = time.monotonic(), on
+        shown = [x.root for x in (layer, backend and backend[0]) if x]  # read-only
         root = self.root / key
         if root.exists():
             shutil.rmtree(root)
@@ -331,13 +332,15 @@ class Zygotes:
         box = jail.Box(
             uid=uid,
             rw=(sockets, rooms),
-            ro=(root, *([layer.root] if layer else []), *_torch_dirs(), *jail.runner_paths()),
+            ro=(root, *shown, *_torch_dirs(), *jail.runner_paths()),
             hidden=(*self.hidden, *jail.private_paths()),
             cwd=home,
         )
         child_env = allowlist.candidate_environ(
             "stage", home=home, path=[env.python.parent], pythonpath=src
         )
+        if backend:  # the loader reads it as a process starts; torch maps libcudnn on import
+            child_env["LD_LIBRARY_PATH"] = allowlist.library_path(backend[1], child_env)
         cmd = [str(env.python), "-m", "runner.inside.zygote", "--socket", str(socket_path)]
         cmd += ["--preload", ",".join(self.preload), "--tmp-bytes", str(limits.wanted().tmp_bytes)]
         applied = release.enter_context(limits.applied(uid is not None))  # with its forks
@@ -365,8 +368,8 @@ class Zygotes:
             return None
         zygote.preloaded = ready.get("preloaded", {})
         took, spec = time.monotonic() - start, layer and layer.spec.key
-        log.info("event=zygote_started key=%s layer=%s seconds=%.2f preloaded=%s", key, spec,
-                 took, zygote.preloaded)  # fmt: skip
+        log.info("event=zygote_started key=%s layer=%s backend=%s seconds=%.2f preloaded=%s", key,
+                 spec, backend and backend[0].spec.key, took, zygote.preloaded)  # fmt: skip
         return zygote
 
     @staticmethod

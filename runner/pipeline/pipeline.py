@@ -171,13 +171,13 @@ class Pipeline:
     def _zygote(self, stage: Stage) -> Zygote | None:
         """A warm parent for this stage, where one may serve: CPU-only stages (the probe; the
         refusal decisions of a job with no GPU family) of a build installed on the warm path, on
-        its layer or, declaring no dependencies, on none."""
-        o = self.opts
-        if o.zygotes is None or not self._warm or o.cudnn is not None:
-            return None  # a backend of the matrix is loaded by a fresh process only
+        its layer (or none) and its cell's cuDNN backend (the zygote of that library)."""
+        o, b = self.opts, self._backend
+        if o.zygotes is None or not self._warm or (o.cudnn is not None and b is None):
+            return None
         if stage != Stage.probe and not (stage == Stage.refusal and o.family is None):
             return None
-        return o.zygotes.get(self._layer)
+        return o.zygotes.get(self._layer, (b.layer, b.lib_dirs) if b else None)
 
     # ------------------------------------------------------------------ stages
 

@@ -15,6 +15,7 @@ import pytest
 
 from core.wire import Stage, Status
 from runner.envs import backend
+from runner.isolation import zygotes
 from runner.pipeline import pipeline, pipeline_options
 from testkit.backends import FRONTEND_INIT, backend_wheel, broken_backend_wheel
 from testkit.wheels import make_wheel
@@ -27,13 +28,20 @@ def frontend(tmp_path: Path) -> Path:
     return make_wheel(tmp_path, "1.32.0", FRONTEND_INIT)
 
 
-def _pipe(work: Path, wheelhouse: Path, layers_dir: Path, cudnn: str | None) -> pipeline.Pipeline:
+def _pipe(
+    work: Path,
+    wheelhouse: Path,
+    layers_dir: Path,
+    cudnn: str | None,
+    pool: zygotes.Zygotes | None = None,
+) -> pipeline.Pipeline:
     opts = pipeline_options.Options(
         stages=[Stage.install, Stage.probe],
         work_dir=work,
         wheelhouse=wheelhouse,
         layers_dir=layers_dir,
         cudnn=cudnn,
+        zygotes=pool,
         report_unselected=False,
     )
     return pipeline.Pipeline(opts)
@@ -73,6 +81,33 @@ def test_the_backend_layer_is_built_once_then_reused_and_loaded_first(
     assert [p for p in layers_dir.iterdir() if p.is_dir() and not p.name.startswith(".")] == built
     assert (built[0] / "layer.json").stat().st_mtime_ns == stamp
     assert second.environment.libcudnn["frontend"] == loaded["frontend"]
+
+
+def test_a_backend_cells_probe_forks_a_zygote_of_that_backend(
+    tmp_path: Path, frontend: Path
+) -> None:
+    """A runner's probe on a backend of the matrix is a fork of a zygote started with that
+    backend's library first on its ``LD_LIBRARY_PATH`` (the loader reads it only as a process
+    starts): the frontend's dlopen there maps the layer's libcudnn, as in a fresh interpreter.
+    The host cell's probe forks a zygote of its own, which maps none."""
+    wheelhouse, layers_dir = tmp_path / "wheelhouse", tmp_path / "layers"
+    backend_wheel(wheelhouse)
+    pool = zygotes.Zygotes(tmp_path / "zygotes")
+    try:
+        cell = _pipe(tmp_path / "job1", wheelhouse, layers_dir, "9.28.1", pool).run(frontend)
+        host = _pipe(tmp_path / "job2", wheelhouse, layers_dir, None, pool).run(frontend)
+        live = {z.key: z.forks for z in pool._live.values()}
+    finally:
+        pool.close()
+    (layer,) = [p for p in layers_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    (loaded,) = cell.environment.libcudnn["frontend"]
+    assert loaded.startswith(str(layer.resolve())), cell.environment.libcudnn
+    assert loaded.endswith("/nvidia/cudnn/lib/libcudnn.so.9")
+    assert host.environment.libcudnn == {"torch": [], "frontend": []}
+    # two zygotes, each forked once: the backend's and the host's (no layer: no dependencies)
+    assert sorted(live.values()) == [1, 1] and pool.key(None) in live
+    for result in (cell, host):
+        assert "probe ran in a warm worker" in (result.environment.sandbox or "")
 
 
 def test_the_host_backend_loads_no_layer(tmp_path: Path, frontend: Path) -> None:
