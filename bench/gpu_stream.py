@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument(
         "--one-runner",
         action="store_true",
-        help="no CPU runner beside the GPU one (the streams before 2026-12-06 had none)",
+        help="no CPU runner beside the GPU one (the streams up to h200-stream-2026-12-05 had none)",
     )
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     parser.add_argument("--summarise", type=Path, help="only summarise an earlier stream's JSON")
