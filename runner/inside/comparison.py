@@ -48,10 +48,14 @@ def _timed_control(workload: Workload, device: torch.device, runs: int = 1) -> f
 def runs_per_sample(workload: Workload, device: torch.device) -> int:
     """How many runs back to back make a timed sample about ``SAMPLE_TARGET_S`` long, from one
     control run (itself untimed for the cost); one where a run is that long already."""
-    took = _timed_control(workload, device)
-    if took <= 0:
+    return runs_for(_timed_control(workload, device))
+
+
+def runs_for(run_s: float) -> int:
+    """Runs of ``run_s`` each that make a sample of ``SAMPLE_TARGET_S`` (1 to the cap)."""
+    if run_s <= 0:
         return RUNS_PER_SAMPLE_MAX
-    return max(1, min(RUNS_PER_SAMPLE_MAX, math.ceil(SAMPLE_TARGET_S / took)))
+    return max(1, min(RUNS_PER_SAMPLE_MAX, math.ceil(SAMPLE_TARGET_S / run_s)))
 
 
 def interleaved(

@@ -122,9 +122,10 @@ def test_the_arms_are_interleaved_after_both_compile() -> None:
 
 
 class Timed(Reduction):
-    """A reduction whose runs take ``seconds`` each (a sleep: CPU time stands for GPU time)."""
+    """A reduction whose runs take ``seconds`` each at the least (a sleep: CPU time stands for
+    GPU time)."""
 
-    seconds = 0.004
+    seconds = 0.012
 
     def run(self, knob: bool) -> dict[str, torch.Tensor]:
         time.sleep(self.seconds)
@@ -132,14 +133,14 @@ class Timed(Reduction):
 
 
 def test_a_sample_is_as_many_runs_as_make_it_long_enough() -> None:
-    """4 ms runs: three back to back make a 10 ms sample (two where a busy host's sleep
-    overshoots past 5 ms); a run longer than that is a sample; a tiny one takes the most."""
-    workload = Timed(*floats(256, 3))
-    assert comparison.runs_per_sample(workload, CPU) in (2, 3)
-    workload.seconds = 0.012
-    assert comparison.runs_per_sample(workload, CPU) == 1
-    workload.seconds = 0.0
-    assert comparison.runs_per_sample(workload, CPU) == comparison.RUNS_PER_SAMPLE_MAX
+    """A 4 ms run: three back to back make a 10 ms sample; 0.1 ms: the cap; a run as long as a
+    sample (or a clock that says 0) is a sample of its own, or of the cap. Then on a workload
+    whose runs take 12 ms at the least: one run a sample."""
+    assert comparison.runs_for(0.004) == 3
+    assert comparison.runs_for(0.0001) == comparison.RUNS_PER_SAMPLE_MAX
+    assert comparison.runs_for(0.010) == comparison.runs_for(2.0) == 1
+    assert comparison.runs_for(0.0) == comparison.RUNS_PER_SAMPLE_MAX
+    assert comparison.runs_per_sample(Timed(*floats(256, 3)), CPU) == 1
 
 
 def test_a_pin_the_subject_lacks_costs_the_comparison_not_the_verdict() -> None:
