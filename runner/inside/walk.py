@@ -2,7 +2,9 @@
 
 ``pick_config`` walks a subject's configs from small to large, starting at the one remembered for
 this family, until the control arm (knob off, ``repeats`` runs) varies in at least
-``control_share`` of its comparisons with run 0; never down. When no config reaches the share and
+``control_share`` of its comparisons with run 0; never down. The comparison point alone comes
+first wherever it lies (the comparison needs its workload anyway), and is enough where its
+control can certify. When no config reaches the share and
 the best one cannot certify anything, ``_walk_on`` samples its control again before giving up.
 Each config is compiled (its inputs built, one knob-off warm-up run) before its control runs.
 Standard library and torch only.
