@@ -49,8 +49,10 @@ def flagged(before: list[float], ratio: float) -> bool:
 
 
 def test_the_recorded_streams_are_there() -> None:
-    # both attention subjects, at the configs the walks chose, in two streams
-    assert len(SERIES) >= 4 and all(len(s) >= 3 for s in SERIES.values())
+    # both attention subjects, at the configs the walks chose, in several streams (the shortest,
+    # h200-stream-2026-12-05c, two builds)
+    assert len(SERIES) >= 4 and all(len(s) >= 2 for s in SERIES.values())
+    assert sum(len(s) >= 3 for s in SERIES.values()) >= 4
     assert any("sdpa_bwd" in k for k in SERIES) and any("flex_attention_bwd" in k for k in SERIES)
 
 
