@@ -16,6 +16,7 @@ from typing import Any
 
 from core.frontend_refusals import FrontendRefusal, rows_of
 from core.kinds import FindingKind
+from core.knob_effects import no_effect
 from core.subjects import SUBJECTS, Subject
 
 REMOVED = FindingKind.knob_removed
@@ -179,6 +180,8 @@ def coverage(
                 why=f"would run as {s.name} on {', '.join(s.families)}; no job of those "
                 "families ran it",
             )
+        if measured := no_effect(knob.get("entry_point"), knob.get("knob")):
+            row["why"] = f"{row['why']}; measured without effect on {measured}"
         rows.append(row)
     return rows
 

@@ -23,6 +23,7 @@ CORE_FOR_CANDIDATE = (
     "subjects.py",
     "declarations.py",
     "surface.py",
+    "knob_effects.py",
     "kinds.py",
     "frontend_refusals.py",
     "comparable.py",
