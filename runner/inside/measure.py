@@ -111,15 +111,8 @@ def measure_subject(
     verdict, wherever the walk went; without one, the walk's config is measured the same way.
     """
     s = settings
-    start_is, point = "remembered config", (compare_at or {}).get("config")
-    if start_config is None and pin_config is None and point:
-        # nothing remembered: the walk starts where the comparison is measured, which varied
-        # robustly once; where it still does, one workload serves both (a cold build's ladder
-        # from the smallest config cost the H200 a workload per rung, then the pin's again)
-        start_config, start_is = str(point), "no remembered config; the comparison point"
-    walked = walk.pick_config(
-        subject, device, s, start_config, start_from, pin_config, start_is, point
-    )
+    point = (compare_at or {}).get("config")
+    walked = walk.pick_config(subject, device, s, start_config, start_from, pin_config, point)
     best, history, why = walked.best, walked.history, walked.why
     control = best.control
     k, n = control.varying_runs, control.comparisons
@@ -152,7 +145,7 @@ def measure_subject(
         "deterministic_runs": det.runs,
         "stopped_by": det.stopped_by,
         "negative_control": s.negative_control,
-        "start": _start_outcome(subject, start_config, start_from, best.config.name, history),
+        "start": _start_outcome(subject, walked.start, start_from, best.config.name, history),
         "compile_s": round(compile_s, 3),  # the escalation's, and the deterministic warm-up
         "deterministic_warmup_s": round(det_warmup_s, 3),
         "run_s": round(sum(h["run_s"] for h in history) + det.run_s, 3),

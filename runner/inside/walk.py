@@ -77,6 +77,7 @@ class Walked:
     history: list[dict[str, Any]]
     why: str
     at_point: Tried | None = None
+    start: str | None = None  # where it started: the remembered config, or the point
 
 
 def pick_config(
@@ -86,19 +87,21 @@ def pick_config(
     start: str | None,
     start_from: int | None = None,
     pin: str | None = None,
-    start_is: str = "remembered config",
     point: str | None = None,
 ) -> Walked:
     """Escalate from ``start`` (or the smallest) until the control varies enough; never shrink.
 
-    ``start_from`` is the build that chose ``start``, and ``start_is`` what it is, both said in
-    the reason. ``pin`` (a repro line's ``--config``) runs that config alone, whatever its
-    control does. ``point`` (the comparison point) is tried first, wherever the walk starts: the
-    comparison builds it anyway, and there a control that can certify is enough (more
-    deterministic runs cost milliseconds; another workload, seconds: on the H200 a pinned
-    config measured apart from the walk's cost 2.5-5.7 s a subject in every warm build).
+    ``start_from`` is the build that chose ``start``, said in the reason. ``pin`` (a repro
+    line's ``--config``) runs that config alone, whatever its control does. ``point`` (the
+    comparison point) is tried first, wherever the walk starts: the comparison builds it anyway,
+    and there a control that can certify is enough (more deterministic runs cost milliseconds;
+    another workload, seconds: on the H200 a pinned config measured apart from the walk's cost
+    2.5-5.7 s a subject in every warm build). With nothing remembered the walk starts there.
     """
     names = [c.name for c in subject.configs]
+    start_is = "remembered config"
+    if start is None and pin is None and point in names:
+        start, start_is = point, "no remembered config; the comparison point"
     if pin is not None and pin not in names:
         raise ValueError(f"{subject.name} has no config {pin!r}; configs: {', '.join(names)}")
     begin = pin if pin is not None else start
@@ -180,7 +183,7 @@ def pick_config(
             f"; walked on at {best.config.name}: {walked_on} more control runs "
             f"({k} of {n} comparisons varied in all)"
         )
-    return Walked(best, history, why, at_point)
+    return Walked(best, history, why, at_point, start)
 
 
 def certifiable(control: Arm, s: Settings) -> bool:
