@@ -74,6 +74,8 @@ class RunnerSettings(BaseSettings):
     retry_max_s: float = Field(default=30.0, gt=0)
     # keep warm parents (torch and the dependency layer imported) for the CPU stages
     warm_workers: bool = True
+    # compile the host torch's bytecode once at start where it has none (``envs.host``)
+    host_bytecode: bool = True
     # the uids candidates run as (one per job, one per warm parent), where the runner is root;
     # runners sharing a host share the range through host-wide locks (``runner/isolation/uids.py``)
     sandbox_uid_base: int = Field(default=200_000, ge=1000, lt=2**31)

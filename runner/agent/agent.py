@@ -184,6 +184,9 @@ class Agent:
         if problem is not None:
             log.error("event=cannot_start reason=%r", problem)
             return 3
+        if self.settings.host_bytecode:
+            event, words = host.compile_bytecode(host.host_torch())
+            (log.info if event == "ok" else log.warning)("event=host_bytecode_%s %s", event, words)
         try:
             code = self._serve()
             if code == 0 and self.client.token:
