@@ -57,6 +57,7 @@ SAID: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         (
             *("data_dir", "submit_token", "poll_interval_s", "claim_wait_s", "retry_initial_s"),
             *("retry_max_s", "layers_max_gb", "compile_cache_max_gb", "cache_unused_s"),
+            "host_bytecode",
             *PIPELINE,
         ),
     ),

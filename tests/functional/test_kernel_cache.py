@@ -148,42 +148,6 @@ def test_kernels_are_shared_by_source_and_only_trusted_builds_publish_there(
     assert sorted(p.name for p in (shared / "cute").iterdir()) == before
 
 
-# Where the CUDA driver keeps the kernels it compiles from PTX (cuDNN's runtime-compiled engines):
-# it reads CUDA_CACHE_PATH when CUDA starts. No driver here, so the candidate stands in for it: it
-# reads an entry there, writes it when missing, and says which and where (a file named at random).
-DRIVER = """\
-import os, pathlib
-_root = os.environ.get("CUTE_DSL_CACHE_DIR")
-_cuda = os.environ.get("CUDA_CACHE_PATH")
-_said = pathlib.Path(_root or ".") / f"driver-{os.urandom(6).hex()}.txt"
-if _root and _cuda:  # the determinism stage (the probe has no compile cache)
-    _jit = pathlib.Path(_cuda) / "sm_90" / "jit-entry"
-    _said.write_text(("reused " if _jit.exists() else "compiled ") + _cuda)
-    if not _jit.exists():
-        _jit.parent.mkdir(exist_ok=True)
-        _jit.write_text("sass")
-elif _root:
-    _said.write_text("no CUDA_CACHE_PATH")
-"""
-
-
-def test_the_driver_keeps_its_compiled_kernels_in_the_compile_cache(
-    cache_dir: str, pool: zygotes.Zygotes
-) -> None:
-    root, work = Path(cache_dir) / "compile-cache", Path(cache_dir) / "jobs"
-    for name in ("a", "b"):  # the same wheel twice: one key
-        wheel = candidate(work / "w", "same", init=DRIVER + COMPILER)
-        run(root, work / name, wheel, trusted=False, pool=pool)
-    said = sorted(
-        (p.stat().st_mtime_ns, p.read_text()) for p in root.glob("published/*/cute/driver-*")
-    )
-    assert [text.split()[0] for _, text in said] == ["compiled", "reused"], said
-    # the stage's own directory of the compile cache, published like the CuTe DSL's entries
-    assert all(text.split()[1].startswith(str(root / "stages")) for _, text in said)
-    (entry,) = root.glob("published/*/cuda/sm_90/jit-entry")
-    assert entry.read_text() == "sass" and not entry.stat().st_mode & 0o222
-
-
 def test_the_service_trusts_only_commits_its_own_builder_built(
     make_service, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

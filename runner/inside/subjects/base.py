@@ -131,28 +131,24 @@ def synchronize(device: torch.device) -> None:
 
 
 def configure_compile_cache(where: str | None, key: str | None = None) -> dict[str, Any]:
-    """Point the CuTe DSL's persistent caches, and the CUDA driver's cache of the kernels it
-    compiles from PTX, at ``where``, before the frontend is imported and CUDA is initialised.
+    """Point the CuTe DSL's persistent caches at ``where``, before the frontend is imported.
 
     The runner chose the directory and its key outside the sandbox
     (``runner/cache/compile_cache.py``): it holds read-only links to the entries published under
-    that key and takes new ones. The driver's cache (``cuda/``) holds what cuDNN's runtime-compiled
-    engines cost each process: on an H100, sdpa_bwd's three graphs took 2.4 s to build with an
-    empty cache and 0.3 s with last build's (``bench/stage_profile.py``).
+    that key and takes new ones.
     """
     if not where:
         return {"dir": None, "key": None, "warm": False}
     root = Path(where)
     try:  # an unreadable directory reads as cold, never as a failed stage
         warm = root.is_dir() and any(p.is_file() for p in root.rglob("*"))
-        for sub in ("cute", "flex", "cuda"):
+        for sub in ("cute", "flex"):
             (root / sub).mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # an unwritable cache costs compile time, never the stage
         return {"dir": None, "key": key, "warm": False, "error": f"{type(exc).__name__}: {exc}"}
     os.environ["CUTE_DSL_CACHE_DIR"] = str(root / "cute")
     os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_DIR"] = str(root / "flex")
     os.environ["FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "1"
-    os.environ["CUDA_CACHE_PATH"] = str(root / "cuda")
     return {"dir": str(root), "key": key, "warm": warm}
 
 
