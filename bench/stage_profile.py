@@ -9,9 +9,10 @@ parts, each in fresh interpreters, in this order:
   fill it, then ``--rounds`` warm: each run's wall from launch to exit, ``timings["stage"]`` and
   every subject's phases. Every subject starts at, and compares at, the config pinned for it
   (``--pins``; default: the H200 stream's pins), as a warm build of the service does. Each run
-  has a HOME and a TMPDIR of its own, as a sandboxed stage has. ``fresh`` runs empty the CUDA
-  driver's cache the stage keeps in the compile cache (``cuda/``) before each run; ``kept`` runs
-  keep it: what that cache is worth.
+  has a HOME and a TMPDIR of its own, as a sandboxed stage has. The CUDA driver's cache of the
+  kernels it compiles from PTX is ``--state``/cuda: emptied before each ``fresh`` run, kept
+  across the ``kept`` runs (what that cache is worth to this user: the driver reused only entries
+  the same uid wrote, docs/measurements/gpu-stage-2026-12-05d.md).
 - ``profile``: one more warm run under cProfile: the functions by cumulative and by own time.
 - ``imports``: the seconds of each import the stage makes before its first subject.
 - ``fork``: a parent with the GPU hidden imports the warm zygote's ``PRELOAD`` and forks; the
@@ -184,10 +185,11 @@ def stage_run(
     compiled kernels emptied first unless ``keep``): its wall and its timings."""
     if not keep:
         shutil.rmtree(cache / "cuda", ignore_errors=True)
+    (cache / "cuda").mkdir(exist_ok=True)
     params_path, doc_path = out / f"params-{tag}.json", out / f"doc-{tag}.json"
     home = out / f"home-{tag}"
     home.mkdir()
-    env = _env(HOME=str(home), TMPDIR=str(home))
+    env = _env(HOME=str(home), TMPDIR=str(home), CUDA_CACHE_PATH=str(cache / "cuda"))
     params_path.write_text(json.dumps(_params(cache, pins)))
     prefix = ["-m", "cProfile", "-o", str(profile)] if profile else []
     argv = [sys.executable, *prefix, "-m", STAGE, "--in", str(params_path), "--out", str(doc_path)]
