@@ -19,8 +19,17 @@ walk took its warm-up (about 3 s) off the critical path (``det_sibling`` in
 ``docs/measurements/cold-compile-h200.json``).
 
 Only in a cold cache (the subject's subdirectory holds no file): in a warm one there is nothing to
-gain, and the measurements run with nothing beside them. A process still running when the stage
-ends is killed; what it compiled is the stage's, as if the stage had compiled it.
+gain. A process still running when the stage ends is killed; what it compiled is the stage's, as if
+the stage had compiled it.
+
+A subject whose kernels the backend compiles in every process (its harness's
+``compiled_per_process``: cuDNN's runtime-compiled engines, which persist nowhere across builds)
+gets a process in every stage, warm or cold: it builds the subject's comparison point (the config
+its walk tries first) and runs both arms once, while this process measures the subjects before it.
+The CUDA driver's cache of the kernels it compiles, in the stage's HOME (one uid: the driver reused
+only entries its own uid wrote, docs/measurements/gpu-stage-2026-12-05d.md), hands them to this
+process. Nothing runs beside a timed comparison: ``quiet`` lets the processes end first (killing
+any still compiling after its wait).
 """
 
 from __future__ import annotations
@@ -48,6 +57,13 @@ class Child:
     knob: bool
     pid: int
     reads: int  # the pipe it reports on
+    config: str | None = None  # None: the subject's smallest
+    both: bool = False  # both arms (a subject compiled per process), not ``knob``'s alone
+
+    @property
+    def key(self) -> str:
+        """Its seconds' name in the subject's timings."""
+        return "ahead_s" if self.both else f"ahead_{'on' if self.knob else 'off'}_s"
 
 
 @dataclass
@@ -56,27 +72,40 @@ class Ahead:
 
     children: list[Child] = field(default_factory=list)
     said: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    waited_s: float = 0.0  # how long ``quiet`` waited for them
 
     @property
     def names(self) -> set[str]:
         return {c.name for c in self.children}
 
-    def finish(self) -> dict[str, dict[str, Any]]:
-        """End the processes (kill those still compiling); ``{subject: timings}`` they reported:
-        ``ahead_off_s`` / ``ahead_on_s``, the seconds each arm's process took, None if killed."""
+    def quiet(self, wait_s: float = 0.0) -> None:
+        """Let the processes end, up to ``wait_s``; kill those still compiling; keep what they
+        said (``timings``)."""
+        t0 = time.monotonic()
         for child in self.children:
-            done, _ = os.waitpid(child.pid, os.WNOHANG)
+            done = 0
+            while not done:
+                done, _ = os.waitpid(child.pid, os.WNOHANG)
+                if done or time.monotonic() - t0 >= wait_s:
+                    break
+                time.sleep(0.02)
             if not done:
                 log.info("ahead subject=%s knob=%s still compiling: killed", child.name, child.knob)
                 _kill(child.pid)
-            self.said[(child.name, child.knob)] = _read(child.reads)
-        timings: dict[str, dict[str, Any]] = {}
-        for child in self.children:
-            doc = self.said.get((child.name, child.knob)) or {}
+            doc = self.said[(child.name, child.knob)] = _read(child.reads)
             seconds = doc.get("s") if doc.get("ok") else None
-            timings.setdefault(child.name, {})[f"ahead_{'on' if child.knob else 'off'}_s"] = seconds
+            self.timings.setdefault(child.name, {})[child.key] = seconds
+        if self.children:
+            self.waited_s += time.monotonic() - t0
         self.children = []
-        return timings
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """End the processes (kill those still compiling); ``{subject: timings}`` they reported:
+        ``ahead_off_s`` / ``ahead_on_s`` (``ahead_s``: both arms), the seconds each process
+        took, None if killed or failed."""
+        self.quiet(0.0)
+        return self.timings
 
 
 def cold(cache_dir: str | None, subdir: str) -> bool:
@@ -89,15 +118,30 @@ def cold(cache_dir: str | None, subdir: str) -> bool:
         return False
 
 
-def start(subjects: Iterable[tuple[str, Any]], cache_dir: str | None, device_type: str) -> Ahead:
+def start(
+    subjects: Iterable[tuple[str, Any]],
+    cache_dir: str | None,
+    device_type: str,
+    at: Mapping[str, str] | None = None,
+) -> Ahead:
     """Fork a process per arm in ``KNOBS`` for each ``(name, harness)`` whose ``kernel_cache`` is
-    cold.
+    cold, and one for both arms at ``at[name]`` (its comparison point) for each whose harness is
+    ``compiled_per_process``.
 
     Call before anything in this process touches ``device_type``'s runtime."""
     ahead = Ahead()
     for name, harness in subjects:
+        if not harness.configs:
+            continue
+        if getattr(harness, "compiled_per_process", False):
+            names = {c.name for c in harness.configs}
+            config = (at or {}).get(name)
+            ahead.children.append(
+                _fork(name, harness, True, device_type, config if config in names else None, True)
+            )
+            continue
         subdir = getattr(harness, "kernel_cache", None)
-        if not subdir or not cold(cache_dir, subdir) or not harness.configs:
+        if not subdir or not cold(cache_dir, subdir):
             continue
         for knob in KNOBS:
             ahead.children.append(_fork(name, harness, knob, device_type))
@@ -106,7 +150,14 @@ def start(subjects: Iterable[tuple[str, Any]], cache_dir: str | None, device_typ
     return ahead
 
 
-def _fork(name: str, harness: Any, knob: bool, device_type: str) -> Child:
+def _fork(
+    name: str,
+    harness: Any,
+    knob: bool,
+    device_type: str,
+    config: str | None = None,
+    both: bool = False,
+) -> Child:
     reads, writes = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -115,30 +166,41 @@ def _fork(name: str, harness: Any, knob: bool, device_type: str) -> Child:
         pid = os.fork()
     if pid:
         os.close(writes)
-        return Child(name, knob, pid, reads)
+        return Child(name, knob, pid, reads, config, both)
     os.close(reads)  # pragma: no cover (the child: its coverage is its report)
-    os._exit(_compile(name, harness, knob, device_type, writes))  # pragma: no cover
+    arms = (False, True) if both else (knob,)  # pragma: no cover
+    os._exit(_compile(name, harness, arms, device_type, config, writes))  # pragma: no cover
 
 
-def _compile(name: str, harness: Any, knob: bool, device_type: str, writes: int) -> int:
-    """In the forked process: the smallest config built and the arm run once, then report."""
+def _compile(
+    name: str,
+    harness: Any,
+    arms: tuple[bool, ...],
+    device_type: str,
+    config: str | None,
+    writes: int,
+) -> int:
+    """In the forked process: ``config`` (else the smallest) built and each arm run once, then
+    report."""
     import torch
 
     from runner.inside.subjects.base import synchronize
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     t0 = time.perf_counter()
-    doc: dict[str, Any] = {"name": name, "knob": knob}
+    chosen = next((c for c in harness.configs if c.name == config), harness.configs[0])
+    doc: dict[str, Any] = {"name": name, "knob": arms[-1], "config": chosen.name}
     try:
         device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
-        workload = harness.prepare(harness.configs[0], device)
-        workload.run(knob)
+        workload = harness.prepare(chosen, device)
+        for knob in arms:
+            workload.run(knob)
         synchronize(device)
         doc.update(ok=True, s=round(time.perf_counter() - t0, 3))
-        log.info("ahead subject=%s knob=%s compiled in %.1f s", name, knob, doc["s"])
+        log.info("ahead subject=%s arms=%s compiled in %.1f s", name, arms, doc["s"])
     except BaseException as exc:  # the stage compiles what this did not; say why, once
         doc.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
-        log.warning("ahead subject=%s knob=%s failed: %s", name, knob, doc["error"])
+        log.warning("ahead subject=%s arms=%s failed: %s", name, arms, doc["error"])
     try:
         os.write(writes, json.dumps(doc).encode()[:4096])
     finally:

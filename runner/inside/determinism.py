@@ -22,7 +22,7 @@ import math
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -35,6 +35,8 @@ from runner.inside.measure import Outcome, Settings, measure_subject
 from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache
 
 log = logging.getLogger("fe_ci.inside.determinism")
+# how long a timed comparison waits for the processes compiling ahead to end (``ahead.quiet``)
+QUIET_WAIT_S = 30.0
 
 
 def _check(name: str, status: str, detail: str) -> CheckDoc:
@@ -103,6 +105,7 @@ def _measure(
     start: Mapping[str, Any],
     pin: str | None,
     compare_at: dict[str, Any] | None,
+    quiet: Callable[[], None] | None = None,
 ) -> tuple[Outcome, float]:
     """One GPU subject's outcome, and the seconds its module (the frontend with it) took to load."""
     t0 = time.perf_counter()
@@ -117,6 +120,7 @@ def _measure(
         pin_config=pin,
         compare_at=compare_at,
         log=log.info,
+        quiet=quiet,
     )
     return outcome, imported
 
@@ -134,8 +138,10 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
 
     ``timings["stage"]`` splits the stage's wall time: ``ready_s`` (launch to ready: interpreter,
     imports, CUDA initialised), ``cuda_init_s``, ``environment_s``, ``subjects_s`` (the GPU
-    subjects) and ``compile_only_wait_s`` (waiting, after them, for the background compile-only
-    runs); ``timings[<subject>]`` each GPU subject's phases or a compile-only subject's wall time.
+    subjects), ``compile_only_wait_s`` (waiting, after them, for the background compile-only
+    runs), ``ahead_processes`` and ``ahead_wait_s`` (the processes compiling ahead, and how long
+    the timed comparisons waited for them to end); ``timings[<subject>]`` each GPU subject's
+    phases or a compile-only subject's wall time.
     """
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     entered = time.perf_counter()
@@ -194,6 +200,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
             (cache_dir, cache_key),
             (family, environment, pin),
             points,
+            lambda: early.quiet(QUIET_WAIT_S),
         )
     finally:
         for pending in background.values():
@@ -205,6 +212,7 @@ def run(params: dict[str, Any]) -> DeterminismDoc:
         timings.setdefault(name, {}).update(seconds)
     stage_t.update(doc.pop("stage_timings"))
     stage_t["ahead_processes"] = processes
+    stage_t["ahead_wait_s"] = round(early.waited_s, 3)
     stage_t["total_s"] = round(time.perf_counter() - entered, 3)
     timings["stage"] = stage_t
     status, reason = _roll_up(doc["checks"], "determinism")
@@ -270,7 +278,8 @@ def _compile_ahead(
     runs = [
         n for n in names if n in caps and plan.status_of(n, caps, cuda, family, pin) == ("", "")
     ]
-    return ahead.start(((n, SUBJECTS[n].load()) for n in runs), cache_dir, "cuda")
+    at = {n: p["config"] for n, p in plan.comparison_points(params, family).items()}
+    return ahead.start(((n, SUBJECTS[n].load()) for n in runs), cache_dir, "cuda", at)
 
 
 def _run_subjects(
@@ -283,6 +292,7 @@ def _run_subjects(
     cache: tuple[str | None, str | None],
     where: tuple[str | None, dict[str, Any], str | None],
     points: Mapping[str, dict[str, Any]],
+    quiet: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Every subject in order: the GPU ones measured here, the compile-only ones collected last.
 
@@ -312,7 +322,7 @@ def _run_subjects(
         assert device is not None
         try:
             outcome, import_s = _measure(
-                name, device, settings, starts.get(name) or {}, pin, points.get(name)
+                name, device, settings, starts.get(name) or {}, pin, points.get(name), quiet
             )
         except Exception as exc:  # one subject's crash must not hide the others' results
             log.exception("subject=%s error", name)

@@ -102,6 +102,7 @@ def measure_subject(
     pin_config: str | None = None,
     compare_at: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
+    quiet: Callable[[], None] | None = None,
 ) -> Outcome:
     """The whole determinism verdict for one subject, plus its numerics, on ``device``.
 
@@ -109,6 +110,7 @@ def measure_subject(
     the check's ``metrics.start`` says whether it was kept or escalated from. ``compare_at`` is
     the subject's comparison point (``{"config", "series"}``, from the lease): measured after the
     verdict, wherever the walk went; without one, the walk's config is measured the same way.
+    ``quiet``, called before the comparison's timed runs, ends whatever runs beside them.
     """
     s = settings
     point = (compare_at or {}).get("config")
@@ -188,6 +190,8 @@ def measure_subject(
         warm = (at, walked.at_point.workload)  # tried by the walk, both arms now compiled
         walk.warm_up(walked.at_point.workload, device, knob=not s.negative_control)
     del best, walked  # a comparison point elsewhere needs the memory of the walk's workload
+    if quiet is not None:
+        quiet()
     try:
         metrics["comparison"] = comparison.measure(
             subject,

@@ -1,9 +1,10 @@
 """Compiling ahead (runner/inside/ahead.py): real forked processes, on CPU.
 
-The subject here is a stand-in, because the one with cached kernels (flex_attention_bwd) needs a
-CUDA GPU: its "compile" writes one file per arm into the cache's subdirectory, as the CuTe DSL
-exports a kernel, and can be made slow or broken. The forks, the pipes, the kill of a process still
-compiling when the stage ends, and the cold/warm rule are the real ones.
+The subject here is a stand-in, because the ones it stands for (flex_attention_bwd, whose kernels
+persist, and the cuDNN subjects, built ahead in every stage) need a CUDA GPU: its "compile" writes
+one file per arm it runs, as the CuTe DSL exports a kernel, and can be made slow or broken. The
+forks, the pipes, the wait and the kill of a process still compiling, and the cold/warm rule are
+the real ones.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class CachedKernels:
     broken: bool = False
     name: str = "cached"
     configs: tuple[Config, ...] = (Config("small", {}), Config("large", {}))
+    compiled_per_process: bool = False  # cuDNN's kind: built ahead in every stage
 
     def prepare(self, config: Config, device: torch.device) -> Any:
         if self.broken:
@@ -45,7 +47,7 @@ class _Workload:
 
     def run(self, knob: bool) -> dict[str, torch.Tensor]:
         time.sleep(self.subject.sleep_s)
-        kernels = self.subject.cache / str(self.subject.kernel_cache)
+        kernels = self.subject.cache / (self.subject.kernel_cache or "built")
         kernels.mkdir(parents=True, exist_ok=True)
         (kernels / f"{self.config.name}-{knob}.o").write_text(str(os.getpid()))
         return {}
@@ -109,9 +111,41 @@ def test_a_process_that_fails_says_why_and_reports_no_time(tmp_path: Path) -> No
         assert said["ok"] is False and said["error"] == "RuntimeError: no such kernel"
 
 
+def test_a_subject_compiled_per_process_is_built_ahead_warm_or_cold_at_its_point(
+    tmp_path: Path,
+) -> None:
+    """Both arms, at the comparison point, in a cache that is warm (or with none at all)."""
+    (tmp_path / "kern").mkdir()
+    (tmp_path / "kern" / "old.o").write_text("")
+    per = CachedKernels(tmp_path, kernel_cache=None, compiled_per_process=True, name="cudnn")
+    early = ahead.start([("cudnn", per)], str(tmp_path), "cpu", {"cudnn": "large"})
+    (pid,) = [c.pid for c in early.children]
+    early.quiet(60.0)  # waits for it: nothing killed
+    built = {p.name: p.read_text() for p in (tmp_path / "built").glob("*.o")}
+    assert built == {"large-False.o": str(pid), "large-True.o": str(pid)}
+    assert isinstance(early.timings["cudnn"]["ahead_s"], float) and early.waited_s > 0
+    assert early.children == [] and _gone(pid) and early.finish() == early.timings
+    # a point it does not have: its smallest config; no cache directory: built all the same
+    other = ahead.start([("cudnn", per)], None, "cpu", {"cudnn": "gone"})
+    other.quiet(60.0)
+    assert other.said[("cudnn", True)]["config"] == "small"
+
+
+def test_quiet_kills_what_is_still_compiling_after_its_wait(tmp_path: Path) -> None:
+    per = CachedKernels(tmp_path, kernel_cache=None, sleep_s=60, compiled_per_process=True)
+    early = ahead.start([("cached", per)], None, "cpu")
+    pids = [c.pid for c in early.children]
+    early.quiet(0.2)
+    assert early.timings == {"cached": {"ahead_s": None}} and all(_gone(p) for p in pids)
+    assert not list((tmp_path / "built").glob("*.o"))
+
+
 def _exited(pid: int) -> bool:
     """Ended and not yet reaped (a zombie): what ``finish`` reaps without killing."""
     return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+
+
+CUDNN = {"sdpa_bwd", "sdpa_torch_bwd"}
 
 
 @pytest.mark.parametrize(
@@ -120,8 +154,9 @@ def _exited(pid: int) -> bool:
         ({"family": None}, set()),  # a CPU job: nothing is forked
         ({"family": "sm_90"}, set()),  # no probe answer: the candidate is not imported first
         ({"family": "sm_90", "compile_ahead": False}, set()),
-        ({"family": "sm_90", "capabilities": "all"}, {"flex_attention_bwd"}),
-        ({"family": "sm_80", "capabilities": "all"}, set()),  # flex runs on sm_90 and sm_100
+        # flex's kernels persist (cold cache here); cuDNN's are compiled in every process
+        ({"family": "sm_90", "capabilities": "all"}, {"flex_attention_bwd", *CUDNN}),
+        ({"family": "sm_80", "capabilities": "all"}, {"sdpa_bwd"}),  # flex: sm_90 and sm_100
     ],
 )
 def test_the_stage_compiles_ahead_only_what_it_will_run_on_its_family(
@@ -135,8 +170,8 @@ def test_the_stage_compiles_ahead_only_what_it_will_run_on_its_family(
     assert early.names == expected
     timings = early.finish()
     assert set(timings) == expected
-    for seconds in timings.values():
-        assert seconds == {"ahead_on_s": None}
+    for name, seconds in timings.items():
+        assert seconds == {"ahead_s" if name in CUDNN else "ahead_on_s": None}
 
 
 def test_the_stage_reports_its_process_compiling_ahead(tmp_path: Path) -> None:

@@ -176,3 +176,24 @@ def test_a_walk_from_the_comparison_point_escalates_where_its_control_is_steady(
     again = _three()
     _measure(again, start_config="floats_large", compare_at={"config": "ints", "series": 1})
     assert again.prepared == ["ints", "floats_large"]
+
+
+def test_nothing_runs_beside_the_comparisons_timed_runs() -> None:
+    """``quiet`` (the stage ends its processes compiling ahead) comes after the verdict's runs and
+    before every run of the comparison."""
+    built: dict[str, Reduction] = {}
+
+    def make(name: str) -> Reduction:
+        built[name] = Reduction(*floats(2048, 5))
+        return built[name]
+
+    seen: list[int] = []
+    out = _measure(
+        FakeSubject(make, names=("floats",)),
+        compare_at={"config": "floats", "series": 1},
+        quiet=lambda: seen.append(built["floats"].calls),
+    )
+    m, doc = out.check["metrics"], out.check["metrics"]["comparison"]
+    assert out.check["status"] == "pass" and len(seen) == 1
+    assert seen[0] >= m["control"]["comparisons"] + 1 + m["deterministic_runs"]
+    assert built["floats"].calls - seen[0] >= 2 * len(doc["cost"]["control_us"]) > 0

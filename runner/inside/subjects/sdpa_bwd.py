@@ -236,4 +236,7 @@ class SdpaWorkload(Prepared):
         return {name: grads[name] for name in TOLERANCES}
 
 
-SUBJECT = Harness(DECLARATION, SdpaWorkload)
+# cuDNN compiles its engines' kernels in every process: built ahead at the comparison point in a
+# process beside the stage (``runner/inside/ahead.py``), they reach this one through the CUDA
+# driver's cache
+SUBJECT = Harness(DECLARATION, SdpaWorkload, compiled_per_process=True)
