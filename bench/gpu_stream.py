@@ -2,7 +2,7 @@
 
     python bench/gpu_stream.py --wheel W --state DIR --out docs/measurements [--builds N]
         [--plan G,G,G,G,B,...] [--budget-s 540] [--date YYYY-MM-DD]
-    python bench/gpu_stream.py --summarise docs/measurements/h200-stream-DATE.json
+    python bench/gpu_stream.py --summarise docs/measurements/GPU-stream-DATE.json
 
 Resumable: every call starts a real ``fe-ci serve`` and ``fe-ci runner`` (bench/gpu_builds.py) on
 the same state directory (the service's SQLite and blobs, the runner's caches, ``stream.json``:
@@ -14,8 +14,9 @@ The plan is letters: ``G`` the genuine wheel, ``B`` it with ``flipped_bit`` plan
 ``slower_backward`` (``testkit/plants.py``), ``T`` with ``cudnn.sdpa_torch``'s dense backward no
 longer passing the torch flag (cudnn-frontend #837, ``testkit/flag_plant.py``), ``K`` with
 ``indexer_top_k``'s kernel compiled without its knob (``testkit/knob_plant.py``). Each call writes
-``h200-stream-DATE.json`` (``{"builds": [the API's reports in build order], "planted":
-{"<id>": "what"}, "wall_s": {"<id>": s}}``) and its summary ``.txt`` into ``--out``: a comparison
+``GPU-stream-DATE.json``, GPU the card's model (``h200``, ``h100``: ``gpu_model``), holding
+``{"builds": [the API's reports in build order], "planted": {"<id>": "what"}, "wall_s": {"<id>":
+s}}``, and its summary ``.txt`` into ``--out``: a comparison
 lost after build 1, pinned configs per subject, planted builds flagged or not, genuine builds
 flagged, the genuine builds' verdicts, the warm determinism stage's median, and where a warm
 build's time went.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -168,12 +170,21 @@ def main() -> None:
         parser.error("--wheel and --state are needed to run builds")
     result = run_calls(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"h200-stream-{args.date}"
+    stem = args.out / f"{gpu_model()}-stream-{args.date}"
     out = {k: result[k] for k in ("builds", "planted", "wall_s", "host")}
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
     text = summary_text(out, pins=result["pins"])
     stem.with_suffix(".txt").write_text(text + "\n")
     print(text)
+
+
+def gpu_model() -> str:
+    """The GPU's model as the files are named: ``NVIDIA H100 80GB HBM3`` -> ``h100``."""
+    import torch
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    found = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b", name)
+    return found.group(1).lower() if found else "gpu"
 
 
 if __name__ == "__main__":
