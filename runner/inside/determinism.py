@@ -374,6 +374,6 @@ def _run_subjects(
 
 
 if __name__ == "__main__":
-    from runner.inside._io import run_stage
+    from runner.inside._io import main
 
-    raise SystemExit(run_stage(run))
+    main(run)

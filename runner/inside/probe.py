@@ -320,4 +320,4 @@ def probe(params: dict[str, Any]) -> ProbeDoc | ErrorDoc:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_io.run_stage(probe))
+    _io.main(probe)

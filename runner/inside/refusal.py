@@ -43,7 +43,7 @@ import torch
 from core.frontend_refusals import FRONTEND_ONLY, REUSED_CHECK
 from core.subjects import HARNESS_REFUSAL_FAMILIES, family_of
 from runner.inside import consumer, frontend_refusal
-from runner.inside._io import run_stage
+from runner.inside._io import main
 from runner.inside.documents import CheckDoc, FindingDoc, RefusalDoc, RefusalRowDoc
 from runner.inside.interception import observe
 from runner.inside.refusal_rows import (
@@ -258,4 +258,4 @@ def _worst(statuses: Iterable[str]) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage(run))
+    main(run)

@@ -307,6 +307,6 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from runner.inside._io import run_stage
+    from runner.inside._io import main
 
-    raise SystemExit(run_stage(compile_only))
+    main(compile_only)
