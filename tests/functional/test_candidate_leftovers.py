@@ -27,10 +27,12 @@ if sys.argv[0].endswith("probe.py"):
     os.makedirs("refusal.result.json/inner", exist_ok=True)
 """
 
-# once the stage has written its document, the candidate swaps it for something else
+# once the stage has written its document, the candidate swaps it for something else: its import
+# wraps os.replace, with which the stage puts its document in place (the process ends right after,
+# exit handlers unrun, so the swap rides on the write itself)
 SWAP = """\
-import atexit, os, sys
-out = sys.argv[sys.argv.index("--out") + 1]
+import os, sys
+out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
 
 def swap():
     os.unlink(out)
@@ -51,7 +53,14 @@ def swap():
         with open(out, "w") as fh:
             fh.write("[" * 200000 + "]" * 200000)
 
-atexit.register(swap)
+_replace = os.replace
+
+def replace(src, dst, *args, **kwargs):
+    _replace(src, dst, *args, **kwargs)
+    if out is not None and os.path.abspath(dst) == os.path.abspath(out):
+        swap()
+
+os.replace = replace
 """
 
 
