@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import candidate_args  # noqa: E402
 from runner.isolation.zygotes import PRELOAD  # noqa: E402
 
 PARTS = r"""
@@ -70,19 +71,13 @@ def one_round(python: Path, gpu: bool, preload: str) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--version", default="1.32.0")
-    ap.add_argument("--python", type=Path, help="an interpreter with the frontend installed")
+    candidate_args.add(ap)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu", action="store_true", help="leave the GPU visible")
     ap.add_argument("--preload", default=",".join(PRELOAD), help="imported first, untimed")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if args.python is not None:
-        python = args.python
-    else:
-        from testkit.registry import candidate_env
-
-        python = candidate_env(args.version).python
+    python = candidate_args.python(args)
     rounds = [one_round(python, args.gpu, args.preload) for _ in range(args.rounds)]
     for name in rounds[0]:
         values = [r[name] for r in rounds]

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import candidate_args  # noqa: E402
+
 
 def one_round(python: Path, root: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,18 +46,12 @@ def one_round(python: Path, root: Path) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--version", default="1.32.0")
-    ap.add_argument("--python", type=Path, help="an interpreter with the frontend installed")
+    candidate_args.add(ap)
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose runner/ runs")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if args.python is not None:
-        python = args.python
-    else:
-        from testkit.registry import candidate_env
-
-        python = candidate_env(args.version).python
+    python = candidate_args.python(args)
     rounds = [one_round(python, args.root.resolve()) for _ in range(args.rounds)]
     for key in ("wall_s", "after_doc_s"):
         values = [r[key] for r in rounds]
