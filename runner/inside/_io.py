@@ -55,10 +55,10 @@ def run_stage(fn: StageFn, argv: list[str] | None = None) -> int:
 def main(fn: StageFn, argv: list[str] | None = None) -> NoReturn:
     """``run_stage``, then end the process at once: its document is on disk (written whole) and
     its output flushed, and what is left is the interpreter tearing down torch, the CuTe DSL and
-    the candidate module by module, which no one reads (0.75-0.9 s for an interpreter that
-    imported torch, torch._dynamo, cutlass and 1.32.0's flex attention on a CPU host, against
-    0.02-0.03 s, ``bench/stage_exit.py``). The stage's own processes are ended before its
-    document is written; nothing of the stage runs in an exit handler."""
+    the candidate module by module, which no one reads (the probe stage of 1.32.0 on a CPU host:
+    0.83 s from its document to its end, 0.03 s this way; ``bench/stage_exit.py``). The stage's
+    own processes are ended before its document is written; nothing of the stage runs in an exit
+    handler."""
     code = run_stage(fn, argv)
     sys.stdout.flush()
     sys.stderr.flush()
