@@ -57,7 +57,7 @@ class Child:
     knob: bool
     pid: int
     reads: int  # the pipe it reports on
-    config: str | None = None  # None: the subject's smallest
+    config: str | None = None  # asked for; the subject's smallest where it has no such config
     both: bool = False  # both arms (a subject compiled per process), not ``knob``'s alone
 
     @property
@@ -136,11 +136,8 @@ def start(
         if not harness.configs:
             continue
         if getattr(harness, "compiled_per_process", False):
-            names = {c.name for c in harness.configs}
             config = (at or {}).get(name)
-            ahead.children.append(
-                _fork(name, harness, True, device_type, config if config in names else None, True)
-            )
+            ahead.children.append(_fork(name, harness, True, device_type, config, both=True))
             continue
         subdir = getattr(harness, "kernel_cache", None)
         if not subdir or not cold(cache_dir, subdir):
