@@ -28,8 +28,9 @@ gets a process in every stage, warm or cold: it builds the subject's comparison 
 its walk tries first) and runs both arms once, while this process measures the subjects before it.
 The CUDA driver's cache of the kernels it compiles, in the stage's HOME (one uid: the driver reused
 only entries its own uid wrote, docs/measurements/gpu-stage-2026-12-05d.md), hands them to this
-process. Nothing runs beside a timed comparison: ``quiet`` lets the processes end first (killing
-any still compiling after its wait).
+process. Nothing runs beside a timed comparison: the stage times its comparisons after every
+subject's verdict, and ``quiet``, before the first, lets the processes end (killing any still
+compiling after its wait).
 """
 
 from __future__ import annotations

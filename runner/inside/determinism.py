@@ -105,9 +105,9 @@ def _measure(
     start: Mapping[str, Any],
     pin: str | None,
     compare_at: dict[str, Any] | None,
-    quiet: Callable[[], None] | None = None,
 ) -> tuple[Outcome, float]:
-    """One GPU subject's outcome, and the seconds its module (the frontend with it) took to load."""
+    """One GPU subject's verdict (its comparison left in ``Outcome.compare``), and the seconds its
+    module (the frontend with it) took to load."""
     t0 = time.perf_counter()
     harness = SUBJECTS[name].load()
     imported = time.perf_counter() - t0
@@ -120,7 +120,7 @@ def _measure(
         pin_config=pin,
         compare_at=compare_at,
         log=log.info,
-        quiet=quiet,
+        defer=True,
     )
     return outcome, imported
 
@@ -294,7 +294,8 @@ def _run_subjects(
     points: Mapping[str, dict[str, Any]],
     quiet: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Every subject in order: the GPU ones measured here, the compile-only ones collected last.
+    """Every subject in order: the GPU ones' verdicts measured here, then their timed comparisons
+    (``quiet`` first: nothing runs beside them), the compile-only ones collected last.
 
     ``cache`` is the compile cache's (dir, key); ``where`` the (family, environment, pinned config)
     that a check's comparable key and a repro line's ``--config`` come from; ``points`` each
@@ -309,6 +310,7 @@ def _run_subjects(
     timings: dict[str, dict[str, Any]] = {}
     findings: list[FindingDoc] = []
     skipped_checks: dict[str, CheckDoc] = {}
+    measured: dict[str, tuple[Outcome, float]] = {}  # each GPU subject's verdict, in order
     t0 = time.perf_counter()
     for name in names:
         subject = SUBJECTS[name]
@@ -322,7 +324,7 @@ def _run_subjects(
         assert device is not None
         try:
             outcome, import_s = _measure(
-                name, device, settings, starts.get(name) or {}, pin, points.get(name), quiet
+                name, device, settings, starts.get(name) or {}, pin, points.get(name)
             )
         except Exception as exc:  # one subject's crash must not hide the others' results
             log.exception("subject=%s error", name)
@@ -333,19 +335,30 @@ def _run_subjects(
         finally:
             if device is not None:
                 torch.cuda.empty_cache()
+        checks.append(outcome.check)
+        numerics += outcome.numerics
+        drift += outcome.drift
+        if outcome.config:
+            chosen[name] = outcome.config
+        measured[name] = (outcome, import_s)
+    # the timed comparisons come after every verdict, with nothing beside them: the processes
+    # compiling ahead have had all the verdicts' time to end (``ahead.quiet``)
+    if quiet is not None and measured:
+        quiet()
+    for name, (outcome, import_s) in measured.items():
+        if outcome.compare is not None:
+            try:
+                outcome.compare()
+            finally:
+                torch.cuda.empty_cache()
         compared = outcome.check["metrics"]["comparison"]
         compared["comparable"] = bits.comparable(
             name,
             compared["config_name"],
             family,
             environment,
-            bits.inputs_id(importlib.import_module(subject.module_name).__file__),
+            bits.inputs_id(importlib.import_module(SUBJECTS[name].module_name).__file__),
         )
-        checks.append(outcome.check)
-        numerics += outcome.numerics
-        drift += outcome.drift
-        if outcome.config:
-            chosen[name] = outcome.config
         timings[name] = {
             "compile_s": round(outcome.compile_s, 3),
             "run_s": round(outcome.run_s, 3),

@@ -14,7 +14,8 @@
 4. numerics: the deterministic arm's first run against a float32 reference, within the subject's
    stated tolerances (``numerics``);
 5. the comparison point: both arms interleaved at the subject's pinned config, wherever the walk
-   went (``comparison``): the bits and the cost the next build compares against.
+   went (``comparison``): the bits and the cost the next build compares against; here, or left
+   to the caller (``defer``: the stage times every subject's comparison after every verdict).
 
 Compiling happens in a warm-up before any timed run; compile and run seconds are reported apart.
 ``negative_control`` runs the deterministic arm with the knob off: its checks come out ``fail`` or
@@ -53,6 +54,9 @@ class Outcome:
     # wall seconds per phase: inputs_s, warmup_s (compiling), control_s and deterministic_s
     # (runs with their digests), numerics_s (the float32 reference and the comparison)
     phases: dict[str, float] = field(default_factory=dict)
+    # the comparison's timed runs where the caller asked to run them later (``defer``): they fill
+    # ``check["metrics"]["comparison"]`` and ``phases["comparison_s"]``; None once measured
+    compare: Callable[[], None] | None = None
 
 
 def _judge(control: Arm, det: Arm, s: Settings) -> tuple[str, str]:
@@ -103,6 +107,7 @@ def measure_subject(
     compare_at: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     quiet: Callable[[], None] | None = None,
+    defer: bool = False,
 ) -> Outcome:
     """The whole determinism verdict for one subject, plus its numerics, on ``device``.
 
@@ -110,7 +115,10 @@ def measure_subject(
     the check's ``metrics.start`` says whether it was kept or escalated from. ``compare_at`` is
     the subject's comparison point (``{"config", "series"}``, from the lease): measured after the
     verdict, wherever the walk went; without one, the walk's config is measured the same way.
-    ``quiet``, called before the comparison's timed runs, ends whatever runs beside them.
+    ``quiet``, called before the comparison's timed runs, ends whatever runs beside them. With
+    ``defer`` the comparison is not measured here but left in ``Outcome.compare`` (holding the
+    workload it measures warm, if any), for a caller that measures every subject's verdict first
+    and every comparison after (and calls ``quiet`` itself).
     """
     s = settings
     point = (compare_at or {}).get("config")
@@ -190,24 +198,28 @@ def measure_subject(
         warm = (at, walked.at_point.workload)  # tried by the walk, both arms now compiled
         walk.warm_up(walked.at_point.workload, device, knob=not s.negative_control)
     del best, walked  # a comparison point elsewhere needs the memory of the walk's workload
-    if quiet is not None:
-        quiet()
-    try:
-        metrics["comparison"] = comparison.measure(
-            subject,
-            device,
-            config=at,
-            pinned=compare_at,
-            repeats=s.repeats,
-            negative_control=s.negative_control,
-            warm=warm,
-        )
-    except Exception as exc:  # the verdict stands; only this build's comparison is lost
-        reason = f"{type(exc).__name__}: {exc}"[:500]
-        metrics["comparison"] = {"config_name": at, "pinned": compare_at is not None}
-        metrics["comparison"]["error"] = reason
-    phases["comparison_s"] = round(time.perf_counter() - t0, 3)
-    return Outcome(
+    warm_s = time.perf_counter() - t0
+
+    def compare() -> None:
+        t0 = time.perf_counter()
+        try:
+            metrics["comparison"] = comparison.measure(
+                subject,
+                device,
+                config=at,
+                pinned=compare_at,
+                repeats=s.repeats,
+                negative_control=s.negative_control,
+                warm=warm,
+            )
+        except Exception as exc:  # the verdict stands; only this build's comparison is lost
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            metrics["comparison"] = {"config_name": at, "pinned": compare_at is not None}
+            metrics["comparison"]["error"] = reason
+        phases["comparison_s"] = round(warm_s + time.perf_counter() - t0, 3)
+        outcome.compare = None
+
+    outcome = Outcome(
         check=check,
         numerics=numerics,
         drift=drift,
@@ -215,7 +227,13 @@ def measure_subject(
         compile_s=compile_s,
         run_s=sum(h["run_s"] for h in history) + det.run_s,
         phases=phases,
+        compare=compare,
     )
+    if not defer:
+        if quiet is not None:
+            quiet()
+        compare()
+    return outcome
 
 
 def _start_outcome(

@@ -197,3 +197,58 @@ def test_nothing_runs_beside_the_comparisons_timed_runs() -> None:
     assert out.check["status"] == "pass" and len(seen) == 1
     assert seen[0] >= m["control"]["comparisons"] + 1 + m["deterministic_runs"]
     assert built["floats"].calls - seen[0] >= 2 * len(doc["cost"]["control_us"]) > 0
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """Stands in for a subject's declaration in the registry: the stage loads its harness from
+    it and keys its comparison on this module's file."""
+
+    harness: FakeSubject
+    outputs: tuple[str, ...] = ("out",)
+    module_name: str = __name__
+
+    def load(self) -> FakeSubject:
+        return self.harness
+
+
+def test_the_stage_times_every_comparison_after_every_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stage measures each subject's verdict, then ends what runs beside it (``quiet``, once),
+    then times the comparisons: the processes compiling ahead have every verdict's time to end,
+    and no subject's comparison waits for them while later subjects are still to measure."""
+    from runner.inside import determinism
+
+    built: dict[str, Reduction] = {}
+
+    def maker(subject: str) -> FakeSubject:
+        def make(_config: str) -> Reduction:
+            built[subject] = Reduction(*floats(2048, 5))
+            return built[subject]
+
+        return FakeSubject(make, names=("floats",), name=subject)
+
+    names = ["first", "second"]
+    monkeypatch.setattr(determinism, "SUBJECTS", {n: _Declared(maker(n)) for n in names})
+    seen: list[dict[str, int]] = []
+    doc = determinism._run_subjects(
+        names,
+        {n: ("", "") for n in names},
+        CPU,
+        Settings(),
+        {},
+        {},
+        (None, None),
+        ("sm_90", {}, None),
+        {n: {"config": "floats", "series": 1} for n in names},
+        lambda: seen.append({n: built[n].calls for n in names}),
+    )
+    assert [c["status"] for c in doc["checks"]] == ["pass", "pass"]
+    (at_quiet,) = seen  # once, with both verdicts measured and no comparison yet
+    for check in doc["checks"]:
+        n, m = check["name"].split(".")[0], check["metrics"]
+        compared = m["comparison"]
+        assert at_quiet[n] >= m["control"]["comparisons"] + 1 + m["deterministic_runs"]
+        assert built[n].calls - at_quiet[n] >= 2 * len(compared["cost"]["control_us"]) > 0
+        assert compared["comparable"] and doc["timings"][n]["comparison_s"] > 0
