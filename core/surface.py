@@ -55,20 +55,30 @@ def label(knob: Mapping[str, Any]) -> str:
     return f"{knob.get('entry_point')}({knob.get('knob')}{given})"
 
 
-def subject_of(
+def subjects_of(
     knob: Mapping[str, Any], subjects: Iterable[Subject] | None = None
-) -> Subject | None:
-    """The subject that exercises this knob, from the subjects' declarations (a new subject's
+) -> list[Subject]:
+    """The subjects that exercise this knob, from the subjects' declarations (a new subject's
     file is enough): same callable (by its last name, since a package exports it under several
-    paths) and, for a parameter, the same parameter. A wrapper that
-    reads the torch flag is covered by the subject of its knob (its default follows the flag)."""
+    paths) and, for a parameter, the same parameter. A wrapper that reads the torch flag is
+    covered by the subject of its knob (its default follows the flag). Several where the knob
+    has code paths of its own, one subject each (``sdpa_torch_bwd``, ``sdpa_torch_thd_bwd``)."""
     entry = str(knob.get("entry_point", ""))
     last = entry.rsplit(".", 1)[-1]
+    found = []
     for s in subjects if subjects is not None else SUBJECTS.values():
         names = {e.rsplit(".", 1)[-1] for e in s.entry_points}
         if last in names and (knob.get("kind") == "torch_flag" or knob.get("knob") == s.knob):
-            return s
-    return None
+            found.append(s)
+    return found
+
+
+def subject_of(
+    knob: Mapping[str, Any], subjects: Iterable[Subject] | None = None
+) -> Subject | None:
+    """The first of ``subjects_of``: the knob's subject, or None where no subject exercises it."""
+    found = subjects_of(knob, subjects)
+    return found[0] if found else None
 
 
 def refusals_of(knob: Mapping[str, Any]) -> list[FrontendRefusal]:
@@ -149,7 +159,8 @@ def coverage(
     refused = refused or {}
     rows = []
     for knob in knobs:
-        s = subject_of(knob)
+        found = subjects_of(knob)
+        s, names = (found[0] if found else None), [x.name for x in found]
         row = {
             "entry_point": knob.get("entry_point"),
             "knob": knob.get("knob"),
@@ -157,13 +168,21 @@ def coverage(
             "kind": knob.get("kind"),
             "method": knob.get("method"),
             "subject": s.name if s else None,
+            "subjects": names,
             "families": list(s.families) if s else [],
         }
-        ran = sorted(exercised.get(s.name, ())) if s else []
+        # exercised where every path's subject ran: one of them alone leaves the others' code
+        ran = sorted(set.intersection(*(set(exercised.get(x.name, ())) for x in found))) if (
+            found) else []  # fmt: skip
+        partly = [x.name for x in found if exercised.get(x.name)] if not ran else []
         if s is None:
             row.update(_refusal_only(knob, refused))
         elif ran:
-            row.update(status=EXERCISED, why=f"{s.name} on {', '.join(ran)}")
+            row.update(status=EXERCISED, why=f"{', '.join(names)} on {', '.join(ran)}")
+        elif partly:
+            left = [x.name for x in found if x.name not in partly]
+            row.update(status=UNCOVERED, why=f"{', '.join(partly)} ran; {', '.join(left)} (the "
+                       "same knob's other path) did not")  # fmt: skip
         elif s.name in compiled:
             row.update(status=COMPILE_ONLY, why=f"{s.name} compiled for sm_100a, not run")
         elif refused_here := _refusal_only(knob, refused) if refusals_of(knob) else None:

@@ -16,7 +16,7 @@ from core import surface
 from core.frontend_refusals import BY_NAME, FRONTEND_REFUSALS
 from core.subjects import SUBJECTS, backend_too_old, backend_tuple
 from runner.inside import frontend_refusal, plan
-from runner.inside.subjects import causal_conv1d_bwd, sdpa_torch_bwd
+from runner.inside.subjects import causal_conv1d_bwd, sdpa_torch_bwd, sdpa_torch_thd_bwd
 from runner.inside.torchflag import Arms, flag, state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,14 +40,19 @@ def _tokens(params: dict) -> int:
     return params["b"] * params["s"] * params["h"] * params["d"]
 
 
-def test_sdpa_torch_configs_are_dense_and_packed_small_to_large() -> None:
-    configs = sdpa_torch_bwd.CONFIGS
-    layouts = {c.params["layout"] for c in configs}
-    assert layouts == {"bhsd", "thd"}
-    sizes = [_tokens(c.params) for c in configs]
-    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
-    assert [c.name for c in configs] == list(SUBJECTS["sdpa_torch_bwd"].config_names)
-    thd = next(c for c in configs if c.params["layout"] == "thd")
+def test_sdpa_torch_has_a_subject_per_path_each_small_to_large() -> None:
+    """Dense and packed THD are subjects of their own, with the one workload: a walk settles at
+    one config, and each path must be run with the flag on (#837 dropped it on the dense one)."""
+    for module, layout in ((sdpa_torch_bwd, "bhsd"), (sdpa_torch_thd_bwd, "thd")):
+        configs = module.CONFIGS
+        assert {c.params["layout"] for c in configs} == {layout}
+        sizes = [_tokens(c.params) for c in configs]
+        assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+        assert [c.name for c in configs] == list(SUBJECTS[module.DECLARATION.name].config_names)
+        assert module.SUBJECT.workload is sdpa_torch_bwd.SdpaTorchWorkload
+    dense, packed = SUBJECTS["sdpa_torch_bwd"], SUBJECTS["sdpa_torch_thd_bwd"]
+    assert dense.entry_points == packed.entry_points and dense.knob == packed.knob
+    thd = sdpa_torch_thd_bwd.CONFIGS[0]
     shape, lens = sdpa_torch_bwd.shapes(thd.params)
     assert lens is not None and shape == (sum(lens), thd.params["h"], thd.params["d"])
     cu = sdpa_torch_bwd.cu_seqlens(lens, torch.device("cpu"))
@@ -173,15 +178,21 @@ def test_1_32_coverage_cpu_only_and_on_an_sm_90_fleet() -> None:
     assert _summary(exercised={}) == (
         "41 knobs: 0 exercised, 3 compile-only, 0 refusal-only, 38 not covered"
     )
-    sm90 = {"sdpa_bwd", "flex_attention_bwd", "sdpa_torch_bwd"}
+    sm90 = {"sdpa_bwd", "flex_attention_bwd", "sdpa_torch_bwd", "sdpa_torch_thd_bwd"}
     refused = {r.name: {"sm_90"} for r in FRONTEND_REFUSALS if not r.min_backend}
     fleet = _summary(exercised={s: {"sm_90"} for s in sm90}, refused=refused)
     assert fleet == "41 knobs: 3 exercised, 3 compile-only, 2 refusal-only, 33 not covered"
     rows = surface.coverage(KNOBS_1_32, {s: {"sm_90"} for s in sm90}, COMPILED, refused)
     by = {(r["entry_point"], r["knob"]): r for r in rows}
-    assert by[("cudnn.sdpa.fwd.torch_op._sdpa_backward", "torch flag")]["subject"] == (
-        "sdpa_torch_bwd"
-    )
+    flag_row = by[("cudnn.sdpa.fwd.torch_op._sdpa_backward", "torch flag")]
+    assert flag_row["subject"] == "sdpa_torch_bwd" and flag_row["status"] == "exercised"
+    assert flag_row["subjects"] == ["sdpa_torch_bwd", "sdpa_torch_thd_bwd"]
+    # one path alone does not exercise the knob: the other's code never ran with the flag on
+    dense_only = surface.coverage(KNOBS_1_32, {"sdpa_torch_bwd": {"sm_90"}}, COMPILED)
+    row = {(r["entry_point"], r["knob"]): r for r in dense_only}[
+        ("cudnn.sdpa.fwd.torch_op._sdpa_backward", "torch flag")
+    ]
+    assert row["status"] == "not_covered" and "sdpa_torch_thd_bwd" in row["why"], row
     dsa = "cudnn.deepseek_sparse_attention."
     for wrapper in ("sparse_attention_backward_wrapper", "indexer_backward_wrapper"):
         assert by[(dsa + wrapper, "deterministic")]["status"] == "refusal_only"

@@ -4,9 +4,16 @@
 ``torch.ops.cudnn.sdpa_bwd`` with ``is_deterministic=torch.are_deterministic_algorithms_enabled()``
 (1.29.0 on). Each run clears the leaf gradients and runs forward and backward (bf16, causal) with
 the flag as ``runner/inside/torchflag.py`` sets it: off for the control arm, on and
-``warn_only=True`` in turn for the deterministic arm, restored after every run. Dense configs are
-BHSD; ``thd`` configs are packed ragged sequences (``cu_seqlens``), whose reference is the dense
-float32 backward of each sequence on its own.
+``warn_only=True`` in turn for the deterministic arm, restored after every run. This subject's
+configs are dense BHSD; the packed ragged sequences (``cu_seqlens``) are ``sdpa_torch_thd_bwd``'s,
+whose workload is this one (its ``thd`` configs: the reference is the dense float32 backward of
+each sequence on its own).
+
+One subject per path, because a walk settles at one config: the op's dense and packed backwards
+are separate code in the frontend, each of which must pass the flag, and cudnn-frontend #837 was
+the dense one dropping it. With both in one walk, a build whose walk settled at a packed config
+never ran the dense path with the flag on (on an H100, the #837 plant passed that way:
+``docs/measurements/h100-stream-2026-12-05g.txt``).
 """
 
 from __future__ import annotations
@@ -44,18 +51,9 @@ DECLARATION = Subject(
     note="cudnn.sdpa_torch's autograd backward; control: flag off, deterministic arm: flag "
     "on, its runs alternating with warn_only=True",
     backward_of="cudnn.sdpa_torch",
-    # Small to large; the packed THD configs are ragged sequences (token counts per sequence),
-    # causal, padded LSE.
+    # Small to large, dense BHSD, causal (the packed THD path: sdpa_torch_thd_bwd).
     configs=(
         ("b1_h8_s512_d64_causal", {"layout": "bhsd", "b": 1, "h": 8, "s": 512, "d": 64}),
-        (
-            "thd_h8_d64_t1280_causal",
-            {"layout": "thd", "lens": [128, 384, 256, 512], "h": 8, "d": 64},
-        ),
-        (
-            "thd_h16_d128_t5120_causal",
-            {"layout": "thd", "lens": [1024, 1536, 512, 2048], "h": 16, "d": 128},
-        ),
         ("b4_h16_s2048_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 2048, "d": 128}),
         ("b4_h16_s4096_d128_causal", {"layout": "bhsd", "b": 4, "h": 16, "s": 4096, "d": 128}),
         ("b8_h16_s4096_d128_causal", {"layout": "bhsd", "b": 8, "h": 16, "s": 4096, "d": 128}),
@@ -67,8 +65,8 @@ DECLARATION = Subject(
         "evidence": "1.28.0: cudnn.experimental.ops.sdpa._sdpa_backward (the cudnn::sdpa op's "
         "autograd backward) never reads torch.are_deterministic_algorithms_enabled(); "
         "1.29.0-1.32.0: cudnn.sdpa.fwd.torch_op._sdpa_backward passes "
-        "is_deterministic=torch.are_deterministic_algorithms_enabled() on the dense and the "
-        "packed THD path",
+        "is_deterministic=torch.are_deterministic_algorithms_enabled() on the dense path "
+        "(this subject) and the packed THD path (sdpa_torch_thd_bwd)",
     },
 )
 
