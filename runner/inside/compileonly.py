@@ -28,8 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from core.kinds import FindingKind
 from core.subjects import SUBJECTS
 from runner.inside._io import write_json_atomic
+from runner.inside.documents import CheckDoc, FindingDoc
 from runner.inside.subjects.base import COMPILE_ARCH
 
 # Subjects whose kernels the CuTe DSL can compile for sm_100a on a host without such a GPU.
@@ -176,3 +178,50 @@ def collect(pending: Pending, *, cache_dir: str | None, key: str | None) -> dict
         except OSError:  # not kept costs the next build a compile, never this stage
             pass
     return doc
+
+
+def attach(
+    name: str,
+    doc: dict[str, Any],
+    check: CheckDoc,
+    checks: list[CheckDoc],
+    findings: list[FindingDoc],
+) -> None:
+    """Attach a compile-only result (``compileonly.collect``) to a skipped subject.
+
+    A pass stays in the skipped check's detail and metrics, never a check of its own: compiling
+    is not running, so it must not count as covering the subject. A failed compile is a check
+    that fails; a harness that does not fit this build is a warning.
+    """
+    check["metrics"]["compile_only"] = doc
+    where = "here"
+    if doc.get("reused"):
+        source = doc.get("reused_from") or {}
+        where = (
+            f"by an earlier stage of compile cache key {str(source.get('key'))[:12]} "
+            f"({source.get('stored_at')}), reused"
+        )
+    if doc.get("status") == "pass":
+        det, default = doc["deterministic"], doc["default"]
+        changes = "changes" if doc.get("knob_changes_kernel") else "does NOT change"
+        check["detail"] += (
+            f"; compile-only: both {COMPILE_ARCH} kernels compiled {where} (deterministic "
+            f"{det['compile_s']:.1f} s, default {default['compile_s']:.1f} s; the knob {changes} "
+            "the kernel)"
+        )
+    elif doc.get("status") == "fail":
+        reason = str(doc.get("reason"))
+        if doc.get("reused"):
+            reason += f" (compiled {where})"
+        checks.append(
+            {"name": f"{name}.compile_only", "status": "fail", "detail": reason, "metrics": {}}
+        )
+    else:
+        findings.append(
+            {
+                "kind": FindingKind.compile_only_unavailable,
+                "severity": "warning",
+                "subject": name,
+                "message": f"could not compile {name} for {COMPILE_ARCH} here: {doc.get('reason')}",
+            }
+        )

@@ -27,12 +27,11 @@ from typing import Any
 
 import torch
 
-from core.kinds import FindingKind
 from core.subjects import SUBJECTS, family_of
 from runner.inside import ahead, bits, compileonly, plan
 from runner.inside.documents import CheckDoc, DeterminismDoc, DriftDoc, FindingDoc
 from runner.inside.measure import Outcome, Settings, measure_subject
-from runner.inside.subjects.base import COMPILE_ARCH, configure_compile_cache
+from runner.inside.subjects.base import configure_compile_cache
 
 log = logging.getLogger("fe_ci.inside.determinism")
 # how long a timed comparison waits for the processes compiling ahead to end (``ahead.quiet``)
@@ -51,51 +50,6 @@ def _roll_up(checks: list[CheckDoc], what: str) -> tuple[str, str]:
         if status in statuses:
             return status, summary
     return "not_applicable", summary
-
-
-def _with_compile_only(
-    name: str,
-    doc: dict[str, Any],
-    check: CheckDoc,
-    checks: list[CheckDoc],
-    findings: list[FindingDoc],
-) -> None:
-    """Attach a compile-only result (``compileonly.collect``) to a skipped subject.
-
-    A pass stays in the skipped check's detail and metrics, never a check of its own: compiling
-    is not running, so it must not count as covering the subject. A failed compile is a check
-    that fails; a harness that does not fit this build is a warning.
-    """
-    check["metrics"]["compile_only"] = doc
-    where = "here"
-    if doc.get("reused"):
-        source = doc.get("reused_from") or {}
-        where = (
-            f"by an earlier stage of compile cache key {str(source.get('key'))[:12]} "
-            f"({source.get('stored_at')}), reused"
-        )
-    if doc.get("status") == "pass":
-        det, default = doc["deterministic"], doc["default"]
-        changes = "changes" if doc.get("knob_changes_kernel") else "does NOT change"
-        check["detail"] += (
-            f"; compile-only: both {COMPILE_ARCH} kernels compiled {where} (deterministic "
-            f"{det['compile_s']:.1f} s, default {default['compile_s']:.1f} s; the knob {changes} "
-            "the kernel)"
-        )
-    elif doc.get("status") == "fail":
-        reason = str(doc.get("reason"))
-        if doc.get("reused"):
-            reason += f" (compiled {where})"
-        checks.append(_check(f"{name}.compile_only", "fail", reason))
-    else:
-        findings.append(
-            {
-                "kind": FindingKind.compile_only_unavailable,
-                "severity": "warning",
-                "subject": name,
-                "message": f"could not compile {name} for {COMPILE_ARCH} here: {doc.get('reason')}",
-            }
-        )
 
 
 def _measure(
@@ -370,7 +324,7 @@ def _run_subjects(
     t0 = time.perf_counter()
     for name, pending in background.items():
         doc = compileonly.collect(pending, cache_dir=cache_dir, key=cache_key)
-        _with_compile_only(name, doc, skipped_checks[name], checks, findings)
+        compileonly.attach(name, doc, skipped_checks[name], checks, findings)
         timings[name] = {"compile_only_s": doc["wall_s"], "reused": bool(doc.get("reused"))}
     return {
         "checks": checks,
