@@ -236,6 +236,35 @@ def _compile_ahead(
     return ahead.start(((n, SUBJECTS[n].load()) for n in runs), cache_dir, "cuda", at)
 
 
+# Below this share of the GPU's memory free, the comparisons still to time run before the next
+# subject's verdict: each holds the workload it measures (``Outcome.compare``)
+MIN_FREE_SHARE = 0.5
+
+
+def _memory_short(device: torch.device) -> bool:
+    """Whether less than ``MIN_FREE_SHARE`` of ``device``'s memory is free (never on a CPU)."""
+    if device.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(device)
+    return free < MIN_FREE_SHARE * total
+
+
+def _compare(
+    measured: Mapping[str, tuple[Outcome, float]], quiet: Callable[[], None] | None
+) -> None:
+    """Time the comparisons not yet timed, in order, after ``quiet`` ends what runs beside them;
+    each one's workload is freed with it."""
+    pending = [outcome for outcome, _ in measured.values() if outcome.compare is not None]
+    if pending and quiet is not None:
+        quiet()
+    for outcome in pending:
+        try:
+            assert outcome.compare is not None
+            outcome.compare()
+        finally:
+            torch.cuda.empty_cache()
+
+
 def _run_subjects(
     names: list[str],
     status_of: Mapping[str, tuple[str, str]],
@@ -276,6 +305,8 @@ def _run_subjects(
             numerics += [_check(f"{name}.{out}", status, detail) for out in subject.outputs]
             continue
         assert device is not None
+        if _memory_short(device):  # the held workloads go before this subject needs the room
+            _compare(measured, quiet)
         try:
             outcome, import_s = _measure(
                 name, device, settings, starts.get(name) or {}, pin, points.get(name)
@@ -297,14 +328,8 @@ def _run_subjects(
         measured[name] = (outcome, import_s)
     # the timed comparisons come after every verdict, with nothing beside them: the processes
     # compiling ahead have had all the verdicts' time to end (``ahead.quiet``)
-    if quiet is not None and measured:
-        quiet()
+    _compare(measured, quiet)
     for name, (outcome, import_s) in measured.items():
-        if outcome.compare is not None:
-            try:
-                outcome.compare()
-            finally:
-                torch.cuda.empty_cache()
         compared = outcome.check["metrics"]["comparison"]
         compared["comparable"] = bits.comparable(
             name,

@@ -252,3 +252,48 @@ def test_the_stage_times_every_comparison_after_every_verdict(
         assert at_quiet[n] >= m["control"]["comparisons"] + 1 + m["deterministic_runs"]
         assert built[n].calls - at_quiet[n] >= 2 * len(compared["cost"]["control_us"]) > 0
         assert compared["comparable"] and doc["timings"][n]["comparison_s"] > 0
+
+
+def test_short_of_memory_the_held_comparisons_run_before_the_next_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A comparison waiting for its turn holds its workload; where the GPU has less than half its
+    memory free, the stage times the waiting ones (``quiet`` first) before the next subject's
+    verdict instead of after every verdict."""
+    from runner.inside import determinism
+
+    built: dict[str, Reduction] = {}
+
+    def maker(subject: str) -> FakeSubject:
+        def make(_config: str) -> Reduction:
+            built[subject] = Reduction(*floats(2048, 5))
+            return built[subject]
+
+        return FakeSubject(make, names=("floats",), name=subject)
+
+    names = ["first", "second"]
+    monkeypatch.setattr(determinism, "SUBJECTS", {n: _Declared(maker(n)) for n in names})
+    monkeypatch.setattr(determinism, "_memory_short", lambda _device: True)
+    seen: list[dict[str, int]] = []
+    doc = determinism._run_subjects(
+        names,
+        {n: ("", "") for n in names},
+        CPU,
+        Settings(),
+        {},
+        {},
+        (None, None),
+        ("sm_90", {}, None),
+        {n: {"config": "floats", "series": 1} for n in names},
+        lambda: seen.append({n: r.calls for n, r in built.items()}),
+    )
+    assert [c["status"] for c in doc["checks"]] == ["pass", "pass"]
+    first, second = seen  # before the second subject was built, then before its comparison
+    assert set(first) == {"first"} and set(second) == {"first", "second"}
+    m = doc["checks"][0]["metrics"]
+    runs = m["control"]["comparisons"] + 1 + m["deterministic_runs"]
+    assert first["first"] >= runs  # the first subject's verdict ran ...
+    comparison_runs = 2 * len(m["comparison"]["cost"]["control_us"])
+    assert second["first"] - first["first"] >= comparison_runs  # ... then its comparison
+    assert built["first"].calls == second["first"]  # nothing of it after the second's verdict
+    assert all(doc["timings"][n]["comparison_s"] > 0 for n in names)
