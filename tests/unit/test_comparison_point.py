@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
@@ -212,12 +213,12 @@ class _Declared:
         return self.harness
 
 
-def test_the_stage_times_every_comparison_after_every_verdict(
+def _stage_of_two(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The stage measures each subject's verdict, then ends what runs beside it (``quiet``, once),
-    then times the comparisons: the processes compiling ahead have every verdict's time to end,
-    and no subject's comparison waits for them while later subjects are still to measure."""
+) -> tuple[dict[str, Any], dict[str, Reduction], list[dict[str, int]]]:
+    """The real ``_run_subjects`` over two subjects of CPU workloads, both pinned where their
+    control varies: its document, each subject's workload (its ``calls`` count every run) and,
+    for each ``quiet``, how many runs each workload built so far had made by then."""
     from runner.inside import determinism
 
     built: dict[str, Reduction] = {}
@@ -242,10 +243,21 @@ def test_the_stage_times_every_comparison_after_every_verdict(
         (None, None),
         ("sm_90", {}, None),
         {n: {"config": "floats", "series": 1} for n in names},
-        lambda: seen.append({n: built[n].calls for n in names}),
+        lambda: seen.append({n: r.calls for n, r in built.items()}),
     )
     assert [c["status"] for c in doc["checks"]] == ["pass", "pass"]
+    return doc, built, seen
+
+
+def test_the_stage_times_every_comparison_after_every_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stage measures each subject's verdict, then ends what runs beside it (``quiet``, once),
+    then times the comparisons: the processes compiling ahead have every verdict's time to end,
+    and no subject's comparison waits for them while later subjects are still to measure."""
+    doc, built, seen = _stage_of_two(monkeypatch)
     (at_quiet,) = seen  # once, with both verdicts measured and no comparison yet
+    assert set(at_quiet) == {"first", "second"}
     for check in doc["checks"]:
         n, m = check["name"].split(".")[0], check["metrics"]
         compared = m["comparison"]
@@ -262,32 +274,8 @@ def test_short_of_memory_the_held_comparisons_run_before_the_next_verdict(
     verdict instead of after every verdict."""
     from runner.inside import determinism
 
-    built: dict[str, Reduction] = {}
-
-    def maker(subject: str) -> FakeSubject:
-        def make(_config: str) -> Reduction:
-            built[subject] = Reduction(*floats(2048, 5))
-            return built[subject]
-
-        return FakeSubject(make, names=("floats",), name=subject)
-
-    names = ["first", "second"]
-    monkeypatch.setattr(determinism, "SUBJECTS", {n: _Declared(maker(n)) for n in names})
     monkeypatch.setattr(determinism, "_memory_short", lambda _device: True)
-    seen: list[dict[str, int]] = []
-    doc = determinism._run_subjects(
-        names,
-        {n: ("", "") for n in names},
-        CPU,
-        Settings(),
-        {},
-        {},
-        (None, None),
-        ("sm_90", {}, None),
-        {n: {"config": "floats", "series": 1} for n in names},
-        lambda: seen.append({n: r.calls for n, r in built.items()}),
-    )
-    assert [c["status"] for c in doc["checks"]] == ["pass", "pass"]
+    doc, built, seen = _stage_of_two(monkeypatch)
     first, second = seen  # before the second subject was built, then before its comparison
     assert set(first) == {"first"} and set(second) == {"first", "second"}
     m = doc["checks"][0]["metrics"]
@@ -296,4 +284,4 @@ def test_short_of_memory_the_held_comparisons_run_before_the_next_verdict(
     comparison_runs = 2 * len(m["comparison"]["cost"]["control_us"])
     assert second["first"] - first["first"] >= comparison_runs  # ... then its comparison
     assert built["first"].calls == second["first"]  # nothing of it after the second's verdict
-    assert all(doc["timings"][n]["comparison_s"] > 0 for n in names)
+    assert all(doc["timings"][n]["comparison_s"] > 0 for n in ("first", "second"))
