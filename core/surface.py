@@ -172,9 +172,9 @@ def coverage(
             "families": list(s.families) if s else [],
         }
         # exercised where every path's subject ran: one of them alone leaves the others' code
-        ran = sorted(set.intersection(*(set(exercised.get(x.name, ())) for x in found))) if (
-            found) else []  # fmt: skip
-        partly = [x.name for x in found if exercised.get(x.name)] if not ran else []
+        runs = [set(exercised.get(x.name, ())) for x in found]
+        ran = sorted(set.intersection(*runs)) if runs else []
+        partly = [x.name for x, r in zip(found, runs, strict=True) if r] if not ran else []
         if s is None:
             row.update(_refusal_only(knob, refused))
         elif ran:
