@@ -9,7 +9,9 @@ build is not written again.
 
 ``Sender`` posts them after the commit, from one thread per process, in rounds: each round posts
 the newest pending state of every context with one due, in the order they were written (so a
-build's ``fe-ci`` goes after its jobs'), and drops the older pending ones unsent. A context is sent
+build's ``fe-ci`` goes after its jobs'), and drops the older pending ones unsent; a context given
+a state after the round began waits for the next round (else a job and its build ending during a
+round could post the build's state before the job's). A context is sent
 by one process at a time (a session-level advisory lock of the context on PostgreSQL, which the
 server frees with its connection however the process dies; on SQLite there is one process, and its
 one thread), so a state is never posted after a newer one. A network error, a 5xx or a 429 leaves
@@ -196,6 +198,11 @@ class Sender:
         for _ in range(_ROUNDS):
             now = utcnow()
             with self.sessions() as session:
+                # a round sends what was written before it: a context given a state during the
+                # round (a job and its build ending together) waits for the next, which orders it
+                horizon = session.scalar(
+                    select(func.max(OutboxStatus.id)).where(OutboxStatus.state == PENDING)
+                )
                 due = session.execute(
                     select(OutboxStatus.sha, OutboxStatus.context)
                     .where(OutboxStatus.state == PENDING, OutboxStatus.next_attempt_at <= now)
@@ -206,7 +213,7 @@ class Sender:
             for sha, context in due:
                 with self._sending(sha, context) as mine:
                     if mine:
-                        progressed = self._send_newest(sha, context) or progressed
+                        progressed = self._send_newest(sha, context, horizon) or progressed
                     else:  # another process sends it; look again in case it stops short of ours
                         self.kick_in(BUSY_RETRY_S)
             if not progressed:
@@ -239,12 +246,16 @@ class Sender:
             query = query.where(OutboxStatus.seq > told)
         return session.scalars(query.order_by(OutboxStatus.seq.desc()).limit(1)).first()
 
-    def _send_newest(self, sha: str, context: str) -> bool:
-        """Post the context's newest pending state; whether that settled it (sent or given up)."""
+    def _send_newest(self, sha: str, context: str, horizon: int | None = None) -> bool:
+        """Post the context's newest pending state; whether that settled it (sent or given up).
+        A state written after the round began (a row past ``horizon``) is left to the next
+        round, which sends it in order with the others written meanwhile (True: go again)."""
         with self.sessions() as session:
             row = self._newest_pending(session, sha, context)
             if row is None:
                 return False
+            if horizon is not None and row.id > horizon:
+                return True
             if row.next_attempt_at > utcnow():  # waiting out a failure
                 self.kick_in(max((row.next_attempt_at - utcnow()).total_seconds(), 0.05))
                 return False

@@ -131,3 +131,30 @@ def test_rows_done_with_long_ago_are_pruned(sessions: sessionmaker[Session]) -> 
 def test_a_status_round_trips_through_its_json() -> None:
     status = dataclasses.replace(_status(1, "x"), conclusion="success", summary="s")
     assert status_outbox.from_json(status_outbox.to_json(status)) == status
+
+
+def test_states_written_during_a_round_go_in_the_next_in_their_order(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A GPU job and its build end while a round posts: the job's context and the build's
+    ``fe-ci`` each get a state, in that order. The build's must not reach GitHub before the
+    job's: the round sends what was written before it, the next round the rest, in order."""
+    build = _build(sessions)
+    _write(sessions, _status(build, "running"), _status(build, "validating", context="fe-ci"))
+    posted: list[tuple[str, str]] = []
+
+    def post(status: CommitStatus) -> int:
+        if not posted:  # while the round's first post is out, the job and then the build end
+            _write(sessions, _status(build, "pass"))
+            _write(sessions, _status(build, "incomplete", context="fe-ci"))
+        posted.append((status.context, status.description))
+        return 201
+
+    sender = status_outbox.Sender(post, sessions, sessions.kw["bind"])
+    sender.drain()
+    sender.close()
+    assert posted == [
+        ("fe-ci/sm_90", "running"),
+        ("fe-ci/sm_90", "pass"),
+        ("fe-ci", "incomplete"),
+    ]
