@@ -25,7 +25,7 @@ from testkit.service import ROOT
 from testkit.surface import discover_wheel, knob_set
 
 VERSIONS = ("1.28.0", "1.29.0", "1.32.0")
-NEW = ("sdpa_torch_bwd", "causal_conv1d_bwd")
+NEW = ("sdpa_torch_bwd", "sdpa_torch_thd_bwd", "causal_conv1d_bwd")
 
 _SCRIPT = """
 import json, torch
@@ -42,9 +42,9 @@ out["rows"] = frontend_refusal.checks(None, None, None)
 from runner.inside import refusal
 out["frontend_only"] = refusal.run({"scope": "frontend", "family": "sm_90"})
 if out["probe"]["sdpa_torch_bwd"]["cap"]["present"]:
-    from runner.inside.subjects.sdpa_torch_bwd import SUBJECT
-    for config in (SUBJECT.configs[0], SUBJECT.configs[1]):  # dense, then packed THD
-        work = SUBJECT.prepare(config, torch.device("cpu"))
+    from runner.inside.subjects import sdpa_torch_bwd, sdpa_torch_thd_bwd
+    for subject in (sdpa_torch_bwd.SUBJECT, sdpa_torch_thd_bwd.SUBJECT):  # dense, then packed THD
+        work = subject.prepare(subject.configs[0], torch.device("cpu"))
         for start in ((False, False), (True, False), (True, True)):
             torch.use_deterministic_algorithms(start[0], warn_only=start[1])
             for knob in (False, True, True):
@@ -82,11 +82,16 @@ def read(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 
 def test_1_28_op_ignores_the_flag_so_the_knob_is_absent_and_the_ledger_agrees(read: dict) -> None:
     doc = read["1.28.0"]
-    sdpa = doc["probe"]["sdpa_torch_bwd"]
-    assert sdpa["cap"]["importable"] and not sdpa["cap"]["present"]
-    assert sdpa["cap"]["entry_point"] == "cudnn.experimental.ops.sdpa._sdpa_backward"
-    assert sdpa["check"]["status"] == "not_applicable"
-    assert "does not read torch.are_deterministic_algorithms_enabled()" in sdpa["check"]["detail"]
+    for name in ("sdpa_torch_bwd", "sdpa_torch_thd_bwd"):  # the op's two paths, one backward
+        sdpa = doc["probe"][name]
+        assert sdpa["cap"]["importable"] and not sdpa["cap"]["present"]
+        assert sdpa["cap"]["entry_point"] == "cudnn.experimental.ops.sdpa._sdpa_backward"
+        assert sdpa["check"]["status"] == "not_applicable"
+        assert (
+            "does not read torch.are_deterministic_algorithms_enabled()"
+            in (sdpa["check"]["detail"])
+        )
+        assert doc["features"][f"{name}.torch_flag"] is False
     conv = doc["probe"]["causal_conv1d_bwd"]
     assert not conv["cap"]["importable"] and conv["check"]["status"] == "not_applicable"
     features = doc["features"]
