@@ -254,13 +254,12 @@ def _compare(
 ) -> None:
     """Time the comparisons not yet timed, in order, after ``quiet`` ends what runs beside them;
     each one's workload is freed with it."""
-    pending = [outcome for outcome, _ in measured.values() if outcome.compare is not None]
+    pending = [o.compare for o, _ in measured.values() if o.compare is not None]
     if pending and quiet is not None:
         quiet()
-    for outcome in pending:
+    for compare in pending:
         try:
-            assert outcome.compare is not None
-            outcome.compare()
+            compare()
         finally:
             torch.cuda.empty_cache()
 
