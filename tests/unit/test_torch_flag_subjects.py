@@ -201,7 +201,8 @@ def test_1_32_coverage_cpu_only_and_on_an_sm_90_fleet() -> None:
     cpu = surface.coverage(KNOBS_1_32, {}, COMPILED)
     cpu_by = {(r["entry_point"], r["knob"]): r for r in cpu}
     why = cpu_by[(dsa + "indexer_backward_wrapper", "deterministic")]["why"]
-    assert why.startswith("would be refusal-only") and "sm_90" in why
+    assert why.startswith("would run as dsa_indexer_bwd on sm_100; would be refusal-only")
+    assert "sm_90" in why
 
 
 def test_knobs_with_a_refusal_row_or_a_torch_flag_subject_are_no_longer_warned() -> None:
