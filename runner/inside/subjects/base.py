@@ -274,17 +274,97 @@ def _artifact(kernel: Any, name: str) -> bytes:
     return data.encode() if isinstance(data, str) else bytes(data)
 
 
+def kernel_callable(kernel: Any) -> str:
+    """What a compiled kernel was compiled from (``cutlass___call___<module><class>``), without
+    the argument signature the DSL appends: the same callable in both arms is the same kernel."""
+    name = str(getattr(kernel, "function_name", "") or "")
+    return name.split("_object_at_")[0] or name
+
+
+def _compile_arm(module: Any, config: Config, knob: bool) -> dict[str, Any]:
+    """One arm's kernels compiled: its figures, and each callable's PTX digests."""
+    import re
+    import time
+
+    arm = "deterministic" if knob else "default"
+    # the DSL keeps each kernel's PTX and cubin in a file named by its callable and signature,
+    # the same in both arms (the knob is the kernel object's): each arm writes its own folder
+    folder = Path(os.environ.get("CUTE_DSL_DUMP_DIR") or Path.cwd()) / arm
+    folder.mkdir(exist_ok=True)
+    os.chdir(folder)
+    os.environ["CUTE_DSL_DUMP_DIR"] = str(folder)
+    start = time.perf_counter()
+    try:
+        kernels = compile_for_sm100(*module.compile_target(config, knob))
+    except KernelCompileError as exc:
+        return {"fail": f"{arm} kernel: {exc}"[:2000]}
+    ptx = b"".join(_artifact(k, "__ptx__") for k in kernels)
+    by_callable: dict[str, list[str]] = {}
+    for k in kernels:
+        digest = hashlib.sha256(_artifact(k, "__ptx__")).hexdigest()
+        by_callable.setdefault(kernel_callable(k), []).append(digest)
+    return {
+        "kernels": len(kernels),
+        "compile_s": round(time.perf_counter() - start, 3),
+        "targets": sorted({t.decode() for t in re.findall(rb"\.target\s+(\S+)", ptx)}),
+        "ptx_sha256": hashlib.sha256(ptx).hexdigest()[:16],
+        "cubin_bytes": sum(len(_artifact(k, "__cubin__")) for k in kernels),
+        "by_callable": {name: sorted(d) for name, d in by_callable.items()},
+    }
+
+
+def _in_child(fn: Any, *args: Any) -> int:
+    """Fork; the child writes ``fn(*args)`` (or the exception it raised) as JSON to a pipe and
+    ends. Returns the pipe's read end; ``_read_child`` collects it."""
+    import json
+    import traceback
+
+    read, write = os.pipe()
+    if os.fork() == 0:  # the child: nothing of it but this call runs
+        os.close(read)
+        try:
+            doc = fn(*args)
+        except BaseException as exc:  # reported to the parent, which raises it there
+            doc = {"error": f"{type(exc).__name__}: {exc}", "log_tail": traceback.format_exc()}
+        data = json.dumps(doc).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write, view) :]
+        os._exit(0)
+    os.close(write)
+    return read
+
+
+def _read_child(read: int) -> dict[str, Any]:
+    import json
+
+    chunks = []
+    while chunk := os.read(read, 1 << 16):
+        chunks.append(chunk)
+    os.close(read)
+    os.wait()
+    if not chunks:
+        raise RuntimeError("the compile's process ended without a result")
+    doc: dict[str, Any] = json.loads(b"".join(chunks))
+    if "error" in doc:
+        raise RuntimeError(doc["error"])
+    return doc
+
+
 def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     """Compile a subject's sm_100a kernels with the knob on and off; run nothing.
 
     ``python -m runner.inside.subjects.base --in P --out R`` in a fresh process with
-    ``CUTE_DSL_ARCH=sm_100a`` and ``CUTE_DSL_KEEP=ptx,cubin``: no GPU is needed. ``status`` is
-    ``pass`` when both kernels compiled to sm_100a machine code, ``fail`` when the DSL could not
-    compile one (a defect of the build), ``error`` when this harness does not fit the build.
+    ``CUTE_DSL_ARCH=sm_100a`` and ``CUTE_DSL_KEEP=ptx,cubin``: no GPU is needed. Each arm compiles
+    in a process of its own, forked from this one, the two at once: neither finds a kernel the
+    other compiled in the frontend's in-process caches (flex attention's plan and backward keep
+    theirs), so each arm's kernels are all compiled, and the arms are compared callable by
+    callable (a kernel only the deterministic arm has, such as the indexer's dK fold, is no
+    change of one both have). ``status`` is ``pass`` when both arms compiled to sm_100a machine
+    code, ``fail`` when the DSL could not compile one (a defect of the build), ``error`` when this
+    harness does not fit the build.
     """
     import importlib
-    import re
-    import time
 
     from core.subjects import SUBJECTS
 
@@ -295,31 +375,22 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
         params.get("config") or getattr(module, "COMPILE_CONFIG", module.SUBJECT.configs[1].name)
     ]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
-    each: dict[str, list[str]] = {}  # each kernel's PTX digest, in the order the arm compiled
+    pipes = {knob: _in_child(_compile_arm, module, config, knob) for knob in (True, False)}
+    arms = {knob: _read_child(read) for knob, read in pipes.items()}
     for knob in (True, False):
-        arm = "deterministic" if knob else "default"
-        start = time.perf_counter()
-        try:
-            kernels = compile_for_sm100(*module.compile_target(config, knob))
-        except KernelCompileError as exc:
-            return {**out, "status": "fail", "reason": f"{arm} kernel: {exc}"[:2000]}
-        ptx = b"".join(_artifact(k, "__ptx__") for k in kernels)
-        each[arm] = [hashlib.sha256(_artifact(k, "__ptx__")).hexdigest() for k in kernels]
-        out[arm] = {
-            "kernels": len(kernels),
-            "compile_s": round(time.perf_counter() - start, 3),
-            "targets": sorted({t.decode() for t in re.findall(rb"\.target\s+(\S+)", ptx)}),
-            "ptx_sha256": hashlib.sha256(ptx).hexdigest()[:16],
-            "cubin_bytes": sum(len(_artifact(k, "__cubin__")) for k in kernels),
-        }
-    det, default = out["deterministic"], out["default"]
+        if "fail" in arms[knob]:
+            return {**out, "status": "fail", "reason": arms[knob]["fail"]}
+    each = {knob: arms[knob].pop("by_callable") for knob in arms}
+    det, default = out["deterministic"], out["default"] = arms[True], arms[False]
     ok = all(
         a["kernels"] and a["cubin_bytes"] and COMPILE_ARCH in a["targets"] for a in (det, default)
     )
-    # kernel by kernel, as both arms compiled them: a kernel of the deterministic arm's own (the
-    # indexer's dK fold) is no change of a kernel the default arm has too
-    pairs = zip(each["deterministic"], each["default"], strict=False)
-    out["knob_changes_kernel"] = any(a != b for a, b in pairs)
+    common = each[True].keys() & each[False].keys()
+    out["knob_changes_kernel"] = (
+        any(each[True][c] != each[False][c] for c in common)
+        if common
+        else each[True] != each[False]  # no callable in common: the knob picks other kernels
+    )
     out["status"] = "pass" if ok else "fail"
     if not ok:
         out["reason"] = "no sm_100a machine code came out of the compile"
