@@ -1,4 +1,4 @@
-"""Compile-only runs of the grouped-GEMM subjects: in the background, and reused per cache key.
+"""Compile-only runs of the subjects whose sm_100a kernels compile without that GPU, reused per key.
 
 A subject skipped for want of an sm_100 GPU is compiled for sm_100a in a fresh process
 (``python -m runner.inside.subjects.base``, CPU only: the arch is fixed at import). ``start``
@@ -113,6 +113,9 @@ def start(
     tmp = Path(pending.tmp.name)
     (tmp / "params.json").write_text(json.dumps({"subject": name}))
     env = dict(os.environ, CUTE_DSL_ARCH=COMPILE_ARCH, CUTE_DSL_KEEP="ptx,cubin")
+    # flex attention's persistent cache would hand back a kernel an earlier compile exported
+    # (nothing compiled, nothing to show) and keep this one's sm_100a kernels beside the GPU's
+    env["FLEX_ATTENTION_CUTE_DSL_CACHE_ENABLED"] = "0"
     env.update(CUTE_DSL_DUMP_DIR=str(tmp), CUDA_VISIBLE_DEVICES="")
     path = [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
     env["PYTHONPATH"] = os.pathsep.join(path)

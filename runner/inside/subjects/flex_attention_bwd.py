@@ -18,7 +18,14 @@ import torch
 
 from core.subjects import Subject
 from runner.inside.subjects.attention import attention_reference, kv_heads
-from runner.inside.subjects.base import Harness, Prepared, configs_of, seeded, tolerances_of
+from runner.inside.subjects.base import (
+    Config,
+    Harness,
+    Prepared,
+    configs_of,
+    seeded,
+    tolerances_of,
+)
 
 DECLARATION = Subject(
     name="flex_attention_bwd",
@@ -30,6 +37,7 @@ DECLARATION = Subject(
         "dk": {"atol": 2e-2, "rtol": 2e-2},
         "dv": {"atol": 2e-2, "rtol": 2e-2},
     },
+    compile_only=True,
     has="cudnn.flex_attention.flex_attn_func already takes 'deterministic'",
     lacks="the build has no cudnn.flex_attention.flex_attn_func taking 'deterministic'",
     # BSHD, bf16, causal. The middle one measured on an H200 (docs/determinism.md): knob
@@ -55,6 +63,9 @@ DECLARATION = Subject(
 
 CONFIGS = configs_of(DECLARATION)
 TOLERANCES = tolerances_of(DECLARATION)
+# compiled for sm_100a at the smallest config: batch, sequence and heads are dynamic in the sm_100
+# backward (b2 s2048 h16 gave the same PTX), head dim and grouping are not
+COMPILE_CONFIG = CONFIGS[0].name
 
 
 def causal_mask_func(b: int, s: int, device: torch.device) -> torch.Tensor:
@@ -102,3 +113,47 @@ class FlexWorkload(Prepared):
 # its deterministic arm compiled ahead in a process of its own when the cache is cold
 # (``runner/inside/ahead.py``)
 SUBJECT = Harness(DECLARATION, FlexWorkload, kernel_cache="flex")
+
+
+def compile_target(config: Config, knob: bool) -> tuple[Any, Any, list[Any]]:
+    """For ``base.compile_only``: the causal mask plan and the sm_100 backward's plan
+    (``FlexAttentionBwd``) built and compiled in torch's fake mode, on tensors that say they live
+    on a CUDA device. In fake mode the frontend compiles the plan's kernels without launching
+    them and sizes the plan by its dense bound: the backward's compile reads only the plan
+    tensors' dtypes, ranks and layouts, never their values. The kernels: the plan's, then the
+    backward's preprocess, main kernel (the one the knob changes) and postprocesses."""
+    from unittest import mock
+
+    from cudnn.flex_attention import FlexAttentionBwd, create_mask_plan
+    from cudnn.flex_attention.plan import builder
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    p = config.params
+    b, s, h, d = p["b"], p["s"], p["h"], p["d"]
+    h_kv = kv_heads(p)
+
+    def offsets(counts: torch.Tensor) -> torch.Tensor:
+        # builder._exclusive_offsets writes offsets[0] = 0, which a torch without CUDA cannot do
+        # to a fake CUDA tensor; in fake mode only the offsets' shape is read
+        return torch.empty((counts.numel() + 1,), dtype=torch.int32, device=counts.device)
+
+    def call() -> None:
+        with (
+            FakeTensorMode(allow_non_fake_inputs=True),
+            mock.patch.object(builder, "_exclusive_offsets", offsets),
+        ):
+
+            def empty(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                return torch.empty(*shape, dtype=dtype, device="cuda")
+
+            q, o, d_o, dq = (empty(b, s, h, d) for _ in range(4))
+            k, v, dk, dv = (empty(b, s, h_kv, d) for _ in range(4))
+            mask = empty(1, 1, b * s, dtype=torch.int32)
+            plan = create_mask_plan(mask, q, k, v, build_backward=True)
+            lse = empty(b, h, s, dtype=torch.float32)
+            bwd = FlexAttentionBwd(q, k, v, o, d_o, lse, dq, dk, dv, plan, deterministic=knob)
+            if not bwd.check_support():
+                raise RuntimeError("FlexAttentionBwd declined the config for sm_100")
+            bwd.compile()
+
+    return call, FlexAttentionBwd, []
