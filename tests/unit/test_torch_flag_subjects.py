@@ -232,3 +232,30 @@ def test_the_torch_flag_is_read_from_code_never_from_text() -> None:
     )
     assert read_parameters(_mentions_it, "torch_flag") == ({}, "torch_flag")
     assert read_parameters(len, "torch_flag") == (None, None)  # no source: unreadable
+
+
+def test_1_32_coverage_where_every_compile_only_subject_is_compiled() -> None:
+    """What a build of 1.32.0 reads with today's compile-only subjects: a CPU job compiles every
+    one (flex attention's sm_100 backward too); an sm_90 job compiles those it does not run."""
+    from runner.inside.compileonly import COMPILE_ONLY
+
+    on_cpu = set(COMPILE_ONLY)
+    assert {"dsa_indexer_bwd", "csa_compressor_bwd", "flex_attention_bwd"} <= on_cpu
+    cpu = surface.coverage(KNOBS_1_32, {}, on_cpu)
+    assert surface.summary(cpu) == (
+        "41 knobs: 0 exercised, 7 compile-only, 0 refusal-only, 34 not covered"
+    )
+    sm90 = {n for n, s in SUBJECTS.items() if "sm_90" in s.families and not s.min_backend}
+    on_gpu = {n for n in on_cpu if n not in sm90}
+    refused = {r.name: {"sm_90"} for r in FRONTEND_REFUSALS if not r.min_backend}
+    fleet = surface.coverage(KNOBS_1_32, {s: {"sm_90"} for s in sm90}, on_gpu, refused)
+    assert surface.summary(fleet) == (
+        "41 knobs: 4 exercised, 6 compile-only, 0 refusal-only, 31 not covered"
+    )
+    by = {(r["entry_point"], r["knob"]): r["status"] for r in fleet}
+    assert by[("cudnn.csa_compressor_backward_wrapper", "deterministic")] == "compile_only"
+    dsa = "cudnn.deepseek_sparse_attention."
+    assert by[(dsa + "indexer_backward_wrapper", "deterministic")] == "compile_only"
+    assert by[("cudnn.flex_attn_func", "deterministic")] == "exercised"
+    cpu_by = {(r["entry_point"], r["knob"]): r["status"] for r in cpu}
+    assert cpu_by[("cudnn.flex_attn_func", "deterministic")] == "compile_only"
