@@ -11,9 +11,6 @@ this host lacks.
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from runner.inside.subjects.csa_compressor_bwd import (
     shapes,
     windows,
 )
+from testkit.compile_only import compile_in_release
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,17 +212,7 @@ def test_its_kernels_compile_for_sm100a_from_the_real_wheel_the_fold_on_the_knob
     deterministic arm is the backward writing dAPE partial planes, then the two-stage fold (one
     compiled module); the default arm the backward with its fp32 atomics. The backward comes
     first in both arms and differs between them."""
-    from testkit.registry import candidate_env
-
-    env = candidate_env("1.32.0")
-    params = tmp_path / "params.json"
-    params.write_text(json.dumps({"subject": "csa_compressor_bwd"}))
-    out = tmp_path / "result.json"
-    run_env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
-                   CUTE_DSL_ARCH="sm_100a", CUTE_DSL_KEEP="ptx,cubin")  # fmt: skip
-    cmd = [str(env.python), "-m", "runner.inside.subjects.base", "--in", str(params)]
-    subprocess.run([*cmd, "--out", str(out)], check=True, env=run_env, timeout=900, cwd=tmp_path)
-    result = json.loads(out.read_text())
+    result = compile_in_release("csa_compressor_bwd", tmp_path)
     assert result["status"] == "pass", result
     assert result["config"]["name"] == csa_compressor_bwd.COMPILE_CONFIG
     det, default = result["deterministic"], result["default"]
@@ -233,4 +221,3 @@ def test_its_kernels_compile_for_sm100a_from_the_real_wheel_the_fold_on_the_knob
     assert default["cubin_bytes"] > 10_000 and det["cubin_bytes"] > default["cubin_bytes"]
     assert det["ptx_sha256"] != default["ptx_sha256"]
     assert result["knob_changes_kernel"] is True
-    print(json.dumps(result))

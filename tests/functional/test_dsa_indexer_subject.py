@@ -9,9 +9,6 @@ kernel itself runs only on an sm_100 GPU, which this host lacks.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from runner.inside.subjects.dsa_indexer_bwd import (
     inputs,
     shapes,
 )
+from testkit.compile_only import compile_in_release
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,17 +139,7 @@ def test_its_kernels_compile_for_sm100a_from_the_real_wheel_the_fold_on_the_knob
     launch: the deterministic arm is the GEMM writing dK into the planes and the planes' fold, the
     default arm the GEMM alone, and the knob changes the GEMM itself (compared kernel by kernel,
     so the fold alone would not count as a change)."""
-    from testkit.registry import candidate_env
-
-    env = candidate_env("1.32.0")
-    params = tmp_path / "params.json"
-    params.write_text(json.dumps({"subject": "dsa_indexer_bwd"}))
-    out = tmp_path / "result.json"
-    run_env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
-                   CUTE_DSL_ARCH="sm_100a", CUTE_DSL_KEEP="ptx,cubin")  # fmt: skip
-    cmd = [str(env.python), "-m", "runner.inside.subjects.base", "--in", str(params)]
-    subprocess.run([*cmd, "--out", str(out)], check=True, env=run_env, timeout=900, cwd=tmp_path)
-    result = json.loads(out.read_text())
+    result = compile_in_release("dsa_indexer_bwd", tmp_path)
     assert result["status"] == "pass", result
     assert result["config"]["name"] == dsa_indexer_bwd.COMPILE_CONFIG
     det, default = result["deterministic"], result["default"]
