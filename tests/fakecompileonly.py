@@ -9,7 +9,8 @@ background, waited for, its result kept and reused under the compile cache key) 
 ``FAKE_COMPILE_PEERS`` has started, records ``<subject>.<pid>.end`` and writes a passing result.
 Run one after the other, the first would wait in vain: whether they overlapped is read from the
 files, an ordering, not a timing threshold. With ``FAKE_COMPILE_GARBAGE`` set it writes half a
-document and exits 1.
+document and exits 1; with ``FAKE_COMPILE_HANG`` set it forks a process, as the real worker forks
+one per arm, that writes its pid to ``arm.pid`` and hangs, and hangs itself.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def fake_compile(params: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if os.environ.get("FAKE_COMPILE_HANG"):  # a compile that never ends, an arm forked
+        if os.fork() == 0:
+            (Path(os.environ["FAKE_COMPILE_DIR"]) / "arm.pid").write_text(str(os.getpid()))
+        time.sleep(300)
+        os._exit(0)
     if os.environ.get("FAKE_COMPILE_GARBAGE"):  # a worker that dies half-way through its output
         Path(sys.argv[sys.argv.index("--out") + 1]).write_text('{"status": "pa')
         raise SystemExit(1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,9 +59,13 @@ class Pending:
     doc: dict[str, Any] | None = None
 
     def stop(self) -> None:
-        """Kill the process if it still runs and drop its directory (idempotent)."""
+        """Kill the process (and the arms it forked) if it still runs and drop its directory
+        (idempotent)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            try:  # its own session: the group is the worker and its arms
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
             self.proc.wait()
         if self.log is not None:
             self.log.close()
@@ -128,6 +133,7 @@ def start(
             cwd=tmp,  # the DSL writes its kept PTX and cubin into the working folder
             stdout=pending.log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group to kill: the worker forks one process per arm
         )
     except OSError as exc:
         pending.doc = {"status": "error", "reason": f"could not start: {exc}"}

@@ -173,6 +173,35 @@ def test_a_worker_that_leaves_half_a_document_is_a_warning_and_nothing_is_kept(
     assert not (tmp_path / "cache" / "compile-only").exists()  # an error is never kept
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for a reaper."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_worker_that_times_out_is_killed_with_the_arms_it_forked(
+    fake_worker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real worker forks one process per arm: a timeout must not leave them compiling."""
+    monkeypatch.setenv("FAKE_COMPILE_HANG", "1")
+    pending = compileonly.start(GROUPED[0], cache_dir=None, key=None, timeout_s=3.0)
+    pid_file = fake_worker / "arm.pid"
+    deadline = time.monotonic() + 20
+    while not pid_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    arm = int(pid_file.read_text())
+    assert _running(arm)
+    doc = compileonly.collect(pending, cache_dir=None, key=None)
+    assert doc["status"] == "error" and "timed out" in doc["reason"]
+    deadline = time.monotonic() + 10
+    while _running(arm) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(arm)
+
+
 def test_the_timings_pass_the_pipelines_validation(fake_worker: Path, tmp_path: Path) -> None:
     doc = _stage(tmp_path / "cache", None)
     assert doc["timings"]["stage"]["ready_s"] >= 0

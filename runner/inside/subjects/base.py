@@ -313,44 +313,6 @@ def _compile_arm(module: Any, config: Config, knob: bool) -> dict[str, Any]:
     }
 
 
-def _in_child(fn: Any, *args: Any) -> int:
-    """Fork; the child writes ``fn(*args)`` (or the exception it raised) as JSON to a pipe and
-    ends. Returns the pipe's read end; ``_read_child`` collects it."""
-    import json
-    import traceback
-
-    read, write = os.pipe()
-    if os.fork() == 0:  # the child: nothing of it but this call runs
-        os.close(read)
-        try:
-            doc = fn(*args)
-        except BaseException as exc:  # reported to the parent, which raises it there
-            doc = {"error": f"{type(exc).__name__}: {exc}", "log_tail": traceback.format_exc()}
-        data = json.dumps(doc).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write, view) :]
-        os._exit(0)
-    os.close(write)
-    return read
-
-
-def _read_child(read: int) -> dict[str, Any]:
-    import json
-
-    chunks = []
-    while chunk := os.read(read, 1 << 16):
-        chunks.append(chunk)
-    os.close(read)
-    os.wait()
-    if not chunks:
-        raise RuntimeError("the compile's process ended without a result")
-    doc: dict[str, Any] = json.loads(b"".join(chunks))
-    if "error" in doc:
-        raise RuntimeError(doc["error"])
-    return doc
-
-
 def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     """Compile a subject's sm_100a kernels with the knob on and off; run nothing.
 
@@ -367,6 +329,7 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
     from core.subjects import SUBJECTS
+    from runner.inside import forked
 
     module = importlib.import_module(SUBJECTS[params["subject"]].module_name)
     configs = {c.name: c for c in module.SUBJECT.configs}
@@ -375,8 +338,8 @@ def compile_only(params: dict[str, Any]) -> dict[str, Any]:
         params.get("config") or getattr(module, "COMPILE_CONFIG", module.SUBJECT.configs[1].name)
     ]
     out: dict[str, Any] = {"config": config.describe(), "arch": COMPILE_ARCH}
-    pipes = {knob: _in_child(_compile_arm, module, config, knob) for knob in (True, False)}
-    arms = {knob: _read_child(read) for knob, read in pipes.items()}
+    children = {knob: forked.start(_compile_arm, module, config, knob) for knob in (True, False)}
+    arms = {knob: forked.result(child) for knob, child in children.items()}
     for knob in (True, False):
         if "fail" in arms[knob]:
             return {**out, "status": "fail", "reason": arms[knob]["fail"]}
