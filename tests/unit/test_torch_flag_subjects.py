@@ -235,8 +235,9 @@ def test_the_torch_flag_is_read_from_code_never_from_text() -> None:
 
 
 def test_1_32_coverage_where_every_compile_only_subject_is_compiled() -> None:
-    """What a build of 1.32.0 reads with today's compile-only subjects: a CPU job compiles every
-    one (flex attention's sm_100 backward too); an sm_90 job compiles those it does not run."""
+    """What a build of 1.32.0 reads with today's compile-only subjects: a determinism stage
+    without a GPU (``fe-ci validate`` on a CPU host) compiles every one, flex attention's sm_100
+    backward too; an sm_90 job compiles those it does not run."""
     from runner.inside.compileonly import COMPILE_ONLY
 
     on_cpu = set(COMPILE_ONLY)
