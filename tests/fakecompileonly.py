@@ -10,7 +10,8 @@ background, waited for, its result kept and reused under the compile cache key) 
 Run one after the other, the first would wait in vain: whether they overlapped is read from the
 files, an ordering, not a timing threshold. With ``FAKE_COMPILE_GARBAGE`` set it writes half a
 document and exits 1; with ``FAKE_COMPILE_HANG`` set it forks a process, as the real worker forks
-one per arm, that writes its pid to ``arm.pid`` and hangs, and hangs itself.
+one per arm (``runner.inside.forked``), that writes its pid to ``arm.pid`` and hangs, and hangs
+itself.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.inside import forked
 from runner.inside._io import run_stage
 
 
@@ -47,10 +49,16 @@ def fake_compile(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _hang() -> dict[str, Any]:
+    """An arm, forked as the real worker forks one (``runner.inside.forked``), that never ends."""
+    (Path(os.environ["FAKE_COMPILE_DIR"]) / "arm.pid").write_text(str(os.getpid()))
+    time.sleep(300)
+    return {}
+
+
 if __name__ == "__main__":
     if os.environ.get("FAKE_COMPILE_HANG"):  # a compile that never ends, an arm forked
-        if os.fork() == 0:
-            (Path(os.environ["FAKE_COMPILE_DIR"]) / "arm.pid").write_text(str(os.getpid()))
+        forked.start(_hang)
         time.sleep(300)
         os._exit(0)
     if os.environ.get("FAKE_COMPILE_GARBAGE"):  # a worker that dies half-way through its output

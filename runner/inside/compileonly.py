@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -59,13 +58,10 @@ class Pending:
     doc: dict[str, Any] | None = None
 
     def stop(self) -> None:
-        """Kill the process (and the arms it forked) if it still runs and drop its directory
-        (idempotent)."""
+        """Kill the process if it still runs (the arms it forked die with it) and drop its
+        directory (idempotent)."""
         if self.proc is not None and self.proc.poll() is None:
-            try:  # its own session: the group is the worker and its arms
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                self.proc.kill()
+            self.proc.kill()  # its arms go with it (``runner.inside.forked``)
             self.proc.wait()
         if self.log is not None:
             self.log.close()
@@ -133,7 +129,6 @@ def start(
             cwd=tmp,  # the DSL writes its kept PTX and cubin into the working folder
             stdout=pending.log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # a group to kill: the worker forks one process per arm
         )
     except OSError as exc:
         pending.doc = {"status": "error", "reason": f"could not start: {exc}"}

@@ -8,6 +8,7 @@ host cannot do. The cache directories are prepared and published by the real
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,8 @@ def _running(pid: int) -> bool:
 def test_a_worker_that_times_out_is_killed_with_the_arms_it_forked(
     fake_worker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real worker forks one process per arm: a timeout must not leave them compiling."""
+    """The real worker forks one process per arm: a timeout must not leave them compiling, and
+    they stay in the stage's process group, which the sandbox kills when the stage ends."""
     monkeypatch.setenv("FAKE_COMPILE_HANG", "1")
     pending = compileonly.start(GROUPED[0], cache_dir=None, key=None, timeout_s=3.0)
     pid_file = fake_worker / "arm.pid"
@@ -193,7 +195,7 @@ def test_a_worker_that_times_out_is_killed_with_the_arms_it_forked(
     while not pid_file.is_file() and time.monotonic() < deadline:
         time.sleep(0.05)
     arm = int(pid_file.read_text())
-    assert _running(arm)
+    assert _running(arm) and os.getpgid(arm) == os.getpgid(0)
     doc = compileonly.collect(pending, cache_dir=None, key=None)
     assert doc["status"] == "error" and "timed out" in doc["reason"]
     deadline = time.monotonic() + 10
