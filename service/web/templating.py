@@ -88,6 +88,13 @@ _SOFT = {
     "applicable": "appli<wbr>cable",
     "determinism": "determin<wbr>ism",
     "numerics": "numer<wbr>ics",
+    # the states of the grid's narrowest (subject) columns: a break between syllables rather
+    # than before the last letter
+    "skipped": "skip<wbr>ped",
+    "pending": "pend<wbr>ing",
+    "running": "run<wbr>ning",
+    "waiting": "wait<wbr>ing",
+    "cancelled": "cancel<wbr>led",
 }
 _LONG_WORDS = re.compile("|".join(_SOFT))
 
