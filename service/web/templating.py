@@ -86,7 +86,7 @@ _SOFT = {
     "inconclusive": "incon<wbr>clusive",
     "incomplete": "incom<wbr>plete",
     "applicable": "appli<wbr>cable",
-    "determinism": "determin<wbr>ism",
+    "determinism": "deter<wbr>min<wbr>ism",
     "numerics": "numer<wbr>ics",
     # the states of the grid's narrowest (subject) columns: a break between syllables rather
     # than before the last letter
@@ -95,6 +95,11 @@ _SOFT = {
     "running": "run<wbr>ning",
     "waiting": "wait<wbr>ing",
     "cancelled": "cancel<wbr>led",
+    # and the longest words of the subjects' names in their headers
+    "compressor": "com<wbr>pres<wbr>sor",
+    "attention": "atten<wbr>tion",
+    "grouped": "group<wbr>ed",
+    "indexer": "index<wbr>er",
 }
 _LONG_WORDS = re.compile("|".join(_SOFT))
 
