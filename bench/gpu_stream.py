@@ -13,7 +13,9 @@ most 10 minutes therefore adds a few builds; the next call, on the same warm mac
 The plan is letters: ``G`` the genuine wheel, ``B`` it with ``flipped_bit`` planted, ``S`` with
 ``slower_backward`` (``testkit/plants.py``), ``T`` with ``cudnn.sdpa_torch``'s dense backward no
 longer passing the torch flag (cudnn-frontend #837, ``testkit/flag_plant.py``), ``K`` with
-``indexer_top_k``'s kernel compiled without its knob (``testkit/knob_plant.py``). Each call writes
+``indexer_top_k``'s kernel compiled without its knob (``testkit/knob_plant.py``), ``P`` with
+``cudnn.torch``'s SDPA backward no longer passing the flag (the same bug in the provider). Each
+call writes
 ``GPU-stream-DATE.json``, GPU the card's model (``h200``, ``h100``: ``gpu_model``), holding
 ``{"builds": [the API's reports in build order], "planted": {"<id>": "what"}, "wall_s": {"<id>":
 s}}``, and its summary ``.txt`` into ``--out``: a comparison
@@ -39,7 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_builds import SUBMIT, gpu_family, stack  # noqa: E402
-from testkit.flag_plant import DROPPED_FLAG, plant_dropped_flag  # noqa: E402
+from testkit.flag_plant import (  # noqa: E402
+    DROPPED_FLAG,
+    DROPPED_PROVIDER_FLAG,
+    plant_dropped_flag,
+    plant_dropped_provider_flag,
+)
 from testkit.knob_plant import DROPPED_KNOB, plant_dropped_knob  # noqa: E402
 from testkit.plants import PLANTS, plant  # noqa: E402
 from testkit.streams import host_sample  # noqa: E402
@@ -47,7 +54,7 @@ from testkit.streams import host_sample  # noqa: E402
 DEFAULT_PLAN = "G,G,G,G,B,G,G,G,S,G,G,G,B,G,G,G,S,G,G,G"  # 20 builds
 KINDS = {
     **{"G": "genuine", "B": "flipped_bit", "S": "slower_backward"},
-    **{"T": "dropped_flag", "K": "dropped_knob"},
+    **{"T": "dropped_flag", "K": "dropped_knob", "P": "dropped_provider_flag"},
 }
 
 
@@ -65,6 +72,8 @@ def load_state(state: Path, plan: str, wheel: Path) -> dict[str, Any]:
         wheels[kind] = str(plant(wheel, kind, state / "wheels" / kind))
     wheels["dropped_flag"] = str(plant_dropped_flag(wheel, state / "wheels" / "dropped_flag"))
     wheels["dropped_knob"] = str(plant_dropped_knob(wheel, state / "wheels" / "dropped_knob"))
+    provider = plant_dropped_provider_flag(wheel, state / "wheels" / "dropped_provider_flag")
+    wheels["dropped_provider_flag"] = str(provider)
     return {"plan": [KINDS[p] for p in letters], "wheels": wheels, "done": [], "pending": None}
 
 
@@ -137,7 +146,8 @@ def run_calls(args: argparse.Namespace) -> dict[str, Any]:
             print(f"build {pending['build']} ({pending['kind']}): {report['verdict']} in {wall} s")
         builds = [http.get(f"/api/builds/{d['build']}").json() for d in doc["done"]]
         pins = http.get("/api/pins").json()["items"]
-    what = {**PLANTS, "dropped_flag": DROPPED_FLAG, "dropped_knob": DROPPED_KNOB}
+    what = {**PLANTS, "dropped_flag": DROPPED_FLAG, "dropped_knob": DROPPED_KNOB,
+            "dropped_provider_flag": DROPPED_PROVIDER_FLAG}  # fmt: skip
     planted = {str(d["build"]): what[d["kind"]] for d in doc["done"] if d["kind"] in what}
     walls = {str(d["build"]): d["wall_s"] for d in doc["done"]}
     hosts = {str(d["build"]): d["host"] for d in doc["done"] if "host" in d}

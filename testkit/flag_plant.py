@@ -14,13 +14,17 @@ What catches it: the determinism stage on a GPU (``sdpa_torch_bwd``'s determinis
 the flag on and its dense dq then varies, as the control does); the probe's ``torch_flag`` method
 does not, since the backward still reads the flag on its THD path (docs/determinism.md).
 
-    .venv/bin/python -m testkit.flag_plant [--version 1.32.0 | --wheel W] --out DIR
+    .venv/bin/python -m testkit.flag_plant [--version 1.32.0 | --wheel W] --out DIR [--provider]
+
+``--provider`` plants the same bug in ``cudnn.torch``'s SDPA backward instead
+(``plant_dropped_provider_flag``).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,6 +74,45 @@ def drop_line(source: bytes, number: int, holds: str, where: str) -> bytes:
     return b"".join(lines[: number - 1] + lines[number:])
 
 
+PROVIDER = "cudnn/torch/sdpa_provider.py"
+PROVIDER_BACKWARD = "_bwd"
+DROPPED_PROVIDER_FLAG = "cudnn.torch's SDPA backward no longer passes the torch flag"
+PROVIDER_SUBJECT = "sdpa_provider_bwd"
+
+
+def provider_flag_line(source: bytes) -> int:
+    """The 1-based number of the line of ``cudnn.torch.sdpa_provider._bwd`` (1.29.0 on) that
+    passes the flag to ``torch.ops.cudnn.sdpa_bwd``; the varlen backward's is left alone."""
+    tree = ast.parse(source)
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == PROVIDER_BACKWARD]
+    if len(found) != 1:
+        raise ValueError(f"{PROVIDER}: no single {PROVIDER_BACKWARD}()")
+    lines = [
+        kw.lineno
+        for call in ast.walk(found[0])
+        if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("sdpa_bwd")
+        for kw in call.keywords
+        if kw.arg == KNOB and ast.unparse(kw.value) == FLAG and kw.end_lineno == kw.lineno
+    ]
+    if len(lines) != 1:
+        raise ValueError(f"{PROVIDER}: {len(lines)} calls pass {KNOB}={FLAG}; need one")
+    return lines[0]
+
+
+def drop_provider_flag(source: bytes) -> bytes:
+    """``source`` without ``_bwd``'s ``is_deterministic=`` line (and nothing else)."""
+    return drop_line(source, provider_flag_line(source), f"{KNOB}={FLAG},", PROVIDER)
+
+
+def plant_dropped_provider_flag(src: Path, dest_dir: Path) -> Path:
+    """A copy of the wheel ``src`` in ``dest_dir`` whose ``cudnn.torch`` SDPA backward (what a
+    plain ``F.scaled_dot_product_attention`` runs after ``cudnn.torch.install()``) drops the flag:
+    #837's bug in the provider, which then runs with ``is_deterministic=False`` whatever the
+    flag says. Caught by ``sdpa_provider_bwd`` on a GPU; the probe still sees the flag read in
+    the varlen backward."""
+    return doctor_wheel(src, dest_dir, {PROVIDER: drop_provider_flag})
+
+
 def plant_dropped_flag(src: Path, dest_dir: Path) -> Path:
     """A copy of the wheel ``src`` in ``dest_dir`` (same name) with the #837 bug planted."""
     return doctor_wheel(src, dest_dir, {TORCH_OP: drop_dense_flag})
@@ -88,7 +131,11 @@ def plant_cli(plant: Callable[[Path, Path], Path], doc: str, argv: list[str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    return plant_cli(plant_dropped_flag, __doc__ or "", argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--provider" in args:
+        args.remove("--provider")
+        return plant_cli(plant_dropped_provider_flag, __doc__ or "", args)
+    return plant_cli(plant_dropped_flag, __doc__ or "", args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from testkit.plants import PLANTS
 # the plants a subject of their own must catch: kind -> (what it plants, the subject)
 CAUGHT_BY = {
     "dropped_flag": (flag_plant.DROPPED_FLAG, flag_plant.SUBJECT),
+    "dropped_provider_flag": (flag_plant.DROPPED_PROVIDER_FLAG, flag_plant.PROVIDER_SUBJECT),
     "dropped_knob": (knob_plant.DROPPED_KNOB, knob_plant.SUBJECT),
 }
 KIND_OF = {what: kind for kind, what in PLANTS.items()} | {

@@ -42,16 +42,20 @@ def flag(mode: str) -> Iterator[None]:
 
 class Arms:
     """Which mode each run of a torch-flag subject takes: the control arm ``off``; the
-    deterministic arm ``on`` and ``warn_only`` in turn (its first run ``on``)."""
+    deterministic arm ``on`` and ``warn_only`` in turn (its first run ``on``), or only the modes
+    given, for a path the strict flag cannot reach (PyTorch's SDPA rules cuDNN out under it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, deterministic: tuple[str, ...] = ("on", "warn_only")) -> None:
+        if not deterministic or not set(deterministic) <= {"on", "warn_only"}:
+            raise ValueError(f"a deterministic arm runs 'on' or 'warn_only', got {deterministic}")
+        self.deterministic = deterministic
         self.deterministic_runs = 0
         self.modes: list[str] = []
 
     def mode(self, knob: bool) -> str:
         if not knob:
             return "off"
-        mode = MODES[1 + self.deterministic_runs % 2]
+        mode = self.deterministic[self.deterministic_runs % len(self.deterministic)]
         self.deterministic_runs += 1
         return mode
 

@@ -150,7 +150,7 @@ def _exited(pid: int) -> bool:
     return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
 
 
-CUDNN = {"sdpa_bwd", "sdpa_torch_bwd", "sdpa_torch_thd_bwd"}
+CUDNN = {"sdpa_bwd", "sdpa_torch_bwd", "sdpa_torch_thd_bwd", "sdpa_provider_bwd"}
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ determinism run that catches it needs a GPU (docs/determinism.md gives the comma
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import os
@@ -18,7 +19,16 @@ import pytest
 from packaging.version import Version
 
 from service.uploads.wheelcheck import check_wheel
-from testkit.flag_plant import FLAG, KNOB, TORCH_OP, drop_dense_flag, plant_dropped_flag
+from testkit.flag_plant import (
+    FLAG,
+    KNOB,
+    PROVIDER,
+    TORCH_OP,
+    drop_dense_flag,
+    drop_provider_flag,
+    plant_dropped_flag,
+    plant_dropped_provider_flag,
+)
 from testkit.registry import registry_wheel
 from testkit.service import ROOT
 
@@ -110,3 +120,31 @@ def test_a_release_without_the_line_is_refused_not_planted_with_nothing(tmp_path
     with pytest.raises(ValueError, match="has no"):
         plant_dropped_flag(registry_wheel("1.28.0"), tmp_path)  # its op is elsewhere
     assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_the_provider_plant_drops_the_sdpa_backwards_line_and_leaves_varlen_alone(
+    tmp_path: Path,
+) -> None:
+    """#837's bug in ``cudnn.torch``'s provider: ``_bwd`` (PyTorch's SDPA backward, served by the
+    frontend) loses its flag line; ``_varlen_bwd`` keeps its own, so the probe still reads the
+    flag and only ``sdpa_provider_bwd`` on a GPU catches it. Before 1.29.0 there is nothing to
+    plant into."""
+    original = registry_wheel("1.32.0")
+    planted = plant_dropped_provider_flag(original, tmp_path / "planted")
+    before, after = (_members(w) for w in (original, planted))
+    assert sorted(n for n in before if before[n] != after[n]) == [PROVIDER, INFO]
+    old, new = (m[PROVIDER].decode().splitlines() for m in (before, after))
+    diff = [d for d in difflib.unified_diff(old, new, lineterm="", n=0)
+            if d[:1] in "+-" and not d.startswith(("---", "+++"))]  # fmt: skip
+    assert diff == [f"-        {KNOB}={FLAG},"]
+    tree = ast.parse(after[PROVIDER])
+    reads = {f.name: f"{KNOB}={FLAG}" in ast.unparse(f) for f in tree.body
+             if isinstance(f, ast.FunctionDef) and f.name in ("_bwd", "_varlen_bwd")}  # fmt: skip
+    assert reads == {"_bwd": False, "_varlen_bwd": True}
+    assert check_wheel(planted, planted.name, Version("1.32.0"), 1 << 31) == (
+        "nvidia-cudnn-frontend", "1.32.0")  # fmt: skip
+    with pytest.raises(ValueError, match="has no"):
+        plant_dropped_provider_flag(registry_wheel("1.28.0"), tmp_path / "old")
+    assert not (tmp_path / "old").exists() or list((tmp_path / "old").iterdir()) == []
+    with pytest.raises(ValueError, match="calls pass"):
+        drop_provider_flag(b"def _bwd(x):\n    return torch.ops.cudnn.sdpa_bwd(x)\n")

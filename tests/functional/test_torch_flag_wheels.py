@@ -25,7 +25,7 @@ from testkit.service import ROOT
 from testkit.surface import discover_wheel, knob_set
 
 VERSIONS = ("1.28.0", "1.29.0", "1.32.0")
-NEW = ("sdpa_torch_bwd", "sdpa_torch_thd_bwd", "causal_conv1d_bwd")
+NEW = ("sdpa_torch_bwd", "sdpa_torch_thd_bwd", "causal_conv1d_bwd", "sdpa_provider_bwd")
 
 _SCRIPT = """
 import json, torch
@@ -54,6 +54,25 @@ if out["probe"]["sdpa_torch_bwd"]["cap"]["present"]:
                 except Exception as exc:
                     error = type(exc).__name__
                 out["runs"].append({"start": list(start), "after": list(state()), "error": error})
+out["provider"] = []
+if out["probe"]["sdpa_provider_bwd"]["cap"]["present"]:
+    from torch.nn.attention import SDPBackend
+    from runner.inside.subjects import sdpa_provider_bwd
+    work = sdpa_provider_bwd.SUBJECT.prepare(sdpa_provider_bwd.CONFIGS[0], torch.device("cpu"))
+    # cuDNN attention alone (no CPU kernel), then PyTorch's math kernel: not the provider's
+    for backends in ([SDPBackend.CUDNN_ATTENTION], [SDPBackend.MATH]):
+        work.backends = backends
+        for start in ((False, False), (True, False)):
+            torch.use_deterministic_algorithms(start[0], warn_only=start[1])
+            for knob in (False, True):
+                try:
+                    work.run(knob)
+                    error = None
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                out["provider"].append({"start": list(start), "after": list(state()),
+                                        "error": error})
+    out["provider_modes"] = work.arms.modes
 print(json.dumps(out))
 """.replace("SUBJECT_NAMES", repr(NEW))
 
@@ -92,8 +111,10 @@ def test_1_28_op_ignores_the_flag_so_the_knob_is_absent_and_the_ledger_agrees(re
             in (sdpa["check"]["detail"])
         )
         assert doc["features"][f"{name}.torch_flag"] is False
-    conv = doc["probe"]["causal_conv1d_bwd"]
-    assert not conv["cap"]["importable"] and conv["check"]["status"] == "not_applicable"
+    for name in ("causal_conv1d_bwd", "sdpa_provider_bwd"):  # no such module in 1.28.0
+        cap = doc["probe"][name]["cap"]
+        assert not cap["importable"] and doc["probe"][name]["check"]["status"] == "not_applicable"
+    assert doc["provider"] == []
     features = doc["features"]
     assert features["sdpa_torch_bwd.torch_flag"] is False
     assert not [f for f in ledger_findings("1.28.0", features) if f.subject in NEW]
@@ -124,6 +145,22 @@ def test_a_failing_run_of_the_real_workload_leaves_the_flag_as_it_was(
     for run in runs:  # cudnn.sdpa_torch has no CPU kernel: every run raises, dense and THD
         assert run["error"] is not None
         assert run["after"] == run["start"], run
+
+
+@pytest.mark.parametrize("version", ["1.29.0", "1.32.0"])
+def test_the_provider_subject_never_counts_a_run_it_did_not_serve(read: dict, version: str) -> None:
+    """The real workload on CPU tensors: with cuDNN attention alone PyTorch finds no kernel; with
+    its math kernel allowed the run completes, but not on the provider, and raises rather than
+    handing over another kernel's bytes. The flag is as it was after each run, and the
+    deterministic arm ran warn-only."""
+    runs = read[version]["provider"]
+    assert len(runs) == 8
+    for run in runs:
+        assert run["after"] == run["start"], run
+    assert all("No viable backend" in r["error"] for r in runs[:4]), runs[:4]
+    for run in runs[4:]:
+        assert run["error"].startswith("NotServed: cudnn.torch's provider did not serve"), run
+    assert read[version]["provider_modes"] == ["off", "warn_only"] * 4
 
 
 def test_refusal_rows_on_cpu_are_never_a_pass(read: dict) -> None:
