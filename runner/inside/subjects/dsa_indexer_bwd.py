@@ -22,9 +22,9 @@ is checked against the loss itself on CPU (autograd through ``-sum(t * log softm
 bf16 emulation of the kernel's roundings stays inside its tolerances. Against the knob-off
 kernel on an H100 (``bench/indexer_reference_sm90.py``, the same math on sm_90) it holds at the
 two configs that kernel takes: at most 0.77 of a bound used, no element outside
-(``docs/measurements/h100-2026-12-06.md``). Without an sm_100 GPU, the kernels are compiled for sm_100a
-(``compile_target``): they compile lazily at their first launch, so each is driven up to that
-compile and stopped there.
+(``docs/measurements/h100-2026-12-06.md``). Without an sm_100 GPU, the kernels are compiled for
+sm_100a (``compile_target``): they compile lazily at their first launch, so each is driven up to
+that compile and stopped there.
 """
 
 from __future__ import annotations
