@@ -100,6 +100,7 @@ _SOFT = {
     "attention": "atten<wbr>tion",
     "grouped": "group<wbr>ed",
     "indexer": "index<wbr>er",
+    "provider": "pro<wbr>vid<wbr>er",
 }
 _LONG_WORDS = re.compile("|".join(_SOFT))
 
