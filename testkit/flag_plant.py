@@ -39,25 +39,31 @@ DROPPED_FLAG = "sdpa_torch's dense backward no longer passes the torch flag (#83
 SUBJECT = "sdpa_torch_bwd"
 
 
-def dense_flag_line(source: bytes) -> int:
-    """The 1-based number of the line that passes the flag to the dense call of the backward."""
+def flag_line(source: bytes, where: str, function: str, what: str, skip: str = "") -> int:
+    """The 1-based number of the one line of top-level ``function`` that passes the flag to a
+    ``*sdpa_bwd`` call (``what``, for the error), leaving out calls that pass keyword ``skip``."""
     tree = ast.parse(source)
-    backward = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == BACKWARD]
-    if len(backward) != 1:
-        raise ValueError(f"{TORCH_OP}: no single {BACKWARD}()")
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if len(found) != 1:
+        raise ValueError(f"{where}: no single {function}()")
     lines: list[int] = []
-    for call in ast.walk(backward[0]):
+    for call in ast.walk(found[0]):
         if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("sdpa_bwd")):
             continue
         names = {kw.arg for kw in call.keywords}
         for kw in call.keywords:
-            if kw.arg == KNOB and PACKED_ONLY not in names and ast.unparse(kw.value) == FLAG:
+            if kw.arg == KNOB and skip not in names and ast.unparse(kw.value) == FLAG:
                 if kw.end_lineno != kw.lineno:
-                    raise ValueError(f"{TORCH_OP}:{kw.lineno}: the keyword spans lines")
+                    raise ValueError(f"{where}:{kw.lineno}: the keyword spans lines")
                 lines.append(kw.lineno)
     if len(lines) != 1:
-        raise ValueError(f"{TORCH_OP}: {len(lines)} dense calls pass {KNOB}={FLAG}; need one")
+        raise ValueError(f"{where}: {len(lines)} {what} pass {KNOB}={FLAG}; need one")
     return lines[0]
+
+
+def dense_flag_line(source: bytes) -> int:
+    """The 1-based number of the line that passes the flag to the dense call of the backward."""
+    return flag_line(source, TORCH_OP, BACKWARD, "dense calls", skip=PACKED_ONLY)
 
 
 def drop_dense_flag(source: bytes) -> bytes:
@@ -83,20 +89,7 @@ PROVIDER_SUBJECT = "sdpa_provider_bwd"
 def provider_flag_line(source: bytes) -> int:
     """The 1-based number of the line of ``cudnn.torch.sdpa_provider._bwd`` (1.29.0 on) that
     passes the flag to ``torch.ops.cudnn.sdpa_bwd``; the varlen backward's is left alone."""
-    tree = ast.parse(source)
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == PROVIDER_BACKWARD]
-    if len(found) != 1:
-        raise ValueError(f"{PROVIDER}: no single {PROVIDER_BACKWARD}()")
-    lines = [
-        kw.lineno
-        for call in ast.walk(found[0])
-        if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("sdpa_bwd")
-        for kw in call.keywords
-        if kw.arg == KNOB and ast.unparse(kw.value) == FLAG and kw.end_lineno == kw.lineno
-    ]
-    if len(lines) != 1:
-        raise ValueError(f"{PROVIDER}: {len(lines)} calls pass {KNOB}={FLAG}; need one")
-    return lines[0]
+    return flag_line(source, PROVIDER, PROVIDER_BACKWARD, "calls")
 
 
 def drop_provider_flag(source: bytes) -> bytes:
