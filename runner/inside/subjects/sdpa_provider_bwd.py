@@ -30,7 +30,7 @@ import torch
 
 from core.subjects import Subject
 from runner.inside.subjects.base import Harness, configs_of, tolerances_of
-from runner.inside.subjects.sdpa_torch_bwd import NAMES, SdpaTorchWorkload
+from runner.inside.subjects.sdpa_torch_bwd import SdpaTorchWorkload
 from runner.inside.torchflag import Arms
 
 DECLARATION = Subject(
@@ -83,18 +83,16 @@ class SdpaProviderWorkload(SdpaTorchWorkload):
     def _once(self) -> dict[str, torch.Tensor]:
         from torch.nn.attention import sdpa_kernel
 
-        leaves = (self.q, self.k, self.v)
-        for t in leaves:
-            t.grad = None
+        def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            return sdpa(q, k, v, is_causal=True, scale=self.scale)
+
         before = dict(self.calls)
         with warnings.catch_warnings(), sdpa_kernel(self.backends):
             # warn-only mode warns that cuDNN attention is not deterministic: the finding is in
             # the bytes, not in the warning
             warnings.simplefilter("ignore", UserWarning)
-            out = torch.nn.functional.scaled_dot_product_attention(
-                *leaves, is_causal=True, scale=self.scale
-            )
-            out.backward(self.d_o)
+            grads = self._step(forward)
         served = {
             k: self.calls[k] - before.get(k, 0)
             for k in self.calls
@@ -105,9 +103,7 @@ class SdpaProviderWorkload(SdpaTorchWorkload):
                 "cudnn.torch's provider did not serve this run on its Python path (calls "
                 f"counted: {served or 'none'}): PyTorch chose another kernel"
             )
-        return {
-            n: t.grad.detach() for n, t in zip(NAMES, leaves, strict=True) if t.grad is not None
-        }
+        return grads
 
 
 # cuDNN compiles its engines' kernels in every process: built ahead at the comparison point in a

@@ -19,6 +19,7 @@ never ran the dense path with the flag on (on an H100, the #837 plant passed tha
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,15 +101,18 @@ class SdpaTorchWorkload(Prepared):
             )  # fmt: skip
         self.fn = cudnn.sdpa_torch
 
-    def _once(self) -> dict[str, torch.Tensor]:
+    def _step(self, forward: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The leaves' gradients after ``forward(q, k, v)`` and its backward from ``d_o``."""
         leaves = (self.q, self.k, self.v)
         for t in leaves:
             t.grad = None
-        out, _lse = self.fn(*leaves, **self.kwargs)
-        out.backward(self.d_o)
+        forward(*leaves).backward(self.d_o)
         return {
             n: t.grad.detach() for n, t in zip(NAMES, leaves, strict=True) if t.grad is not None
         }
+
+    def _once(self) -> dict[str, torch.Tensor]:
+        return self._step(lambda q, k, v: self.fn(q, k, v, **self.kwargs)[0])
 
     def run(self, knob: bool) -> dict[str, torch.Tensor]:
         return self.arms.run(knob, self._once)
